@@ -1,0 +1,1 @@
+"""The Redis scheduler extension: frontier, scheduler, dupefilter, politeness."""

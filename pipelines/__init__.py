@@ -1,0 +1,1 @@
+"""Item pipelines and page stores."""

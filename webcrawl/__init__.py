@@ -1,0 +1,1 @@
+"""webcrawl: a distributed, polite web crawler built on Scrapy and Redis."""

@@ -1,0 +1,34 @@
+"""The page item the ``web`` spider yields and the storage pipeline consumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class PageItem:
+    """One fetched (or finally failed) page.
+
+    ``lease`` is an opaque token the frontier put in the request's meta; the
+    spider copies it here and the storage pipeline hands the item back through
+    :data:`webcrawl.signals.items_stored` once it is durable. Nothing but the
+    frontier interprets it.
+
+    ``fingerprint`` is the hex request fingerprint of the request that was
+    scheduled (from ``crawler.request_fingerprinter``): the store derives its
+    document ids from it, so a re-fetch replaces rather than duplicates.
+    """
+
+    url: str
+    final_url: str
+    status: int
+    fingerprint: str
+    depth: int = 0
+    referrer: str | None = None
+    fetched_at: float = 0.0
+    headers: dict[str, list[str]] = field(default_factory=dict)
+    body: bytes = b""
+    encoding: str | None = None
+    error: str | None = None
+    lease: str | None = None
+    worker: str | None = None
