@@ -1,0 +1,323 @@
+"""The Redis frontier: per-host priority queues, a host schedule and leases.
+
+This is the Mercator back-queue model on Redis. Each host has its own queue, a
+ZSET of serialized requests; a second ZSET, ``ready``, holds every host that
+has queued requests, scored by the time (ms) it may next be fetched from.
+Picking the next request is therefore "the host with the lowest score, if that
+score is in the past", O(log hosts), never a scan over hosts. A host's next
+time is ``now + max(delay, backoff)`` from its politeness record, so a large
+host that must wait never blocks the others (no head-of-line blocking), and no
+worker is ever handed a request it would have to hold back.
+
+Popped requests are leased, not deleted: the lease (deadline, worker) lives in
+Redis until its outcome is durable (:meth:`Frontier.commit` acknowledges it).
+Expired leases -- a worker that died -- go back to their host's queue; every
+pop reclaims a few, so any live worker cleans up after a dead one.
+
+Scores: ``(32768 - priority) * 2**36 + seq``: lower pops first, so a higher
+``request.priority`` comes first and ``seq`` (a global arrival counter) keeps
+FIFO order within a priority. Both parts fit a double exactly (2**52 < 2**53).
+
+Every multi-key step is one Lua script; times come from Redis ``TIME``, never
+from worker clocks. The scripts build per-host key names from the hash-tagged
+prefix, so on a Redis Cluster they stay in the ``{prefix}`` slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from extensions.keys import FrontierKeys
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    import redis.asyncio as aredis
+
+PRIORITY_MIN = -(2**15)
+PRIORITY_MAX = 2**15 - 1
+
+# Shared Lua helper: put a host back in the ready schedule, at the later of
+# its next allowed fetch time and its park time (circuit breaker, Retry-After).
+_LUA_SCHEDULE_HOST = """
+local function schedule_host(ready, hkey, host, now)
+  if redis.call('ZSCORE', ready, host) then return end
+  local rec = redis.call('HMGET', hkey, 'next', 'park')
+  local t = math.max(tonumber(rec[1]) or 0, tonumber(rec[2]) or 0, now)
+  redis.call('ZADD', ready, t, host)
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+"""
+
+# commit: push new requests and acknowledge finished leases, atomically, so a
+# redirect or retry hands its parent's lease over to the child with no window
+# in which neither is in Redis.
+# KEYS[1] ready ZSET, KEYS[2] seq counter, KEYS[3] leases ZSET,
+# KEYS[4] lease data HASH
+# ARGV[1] queue key prefix, ARGV[2] host record key prefix,
+# ARGV[3] number of requests n, then n triples (host, priority, member),
+# then the lease ids to acknowledge.
+# Returns {requests added, leases acknowledged}.
+COMMIT_LUA = (
+    _LUA_SCHEDULE_HOST
+    + """
+local ready, seq, leases, ldata = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local qprefix, hprefix = ARGV[1], ARGV[2]
+local n = tonumber(ARGV[3])
+local now = now_ms()
+local added = 0
+for i = 0, n - 1 do
+  local host = ARGV[4 + i * 3]
+  local prio = tonumber(ARGV[5 + i * 3])
+  local member = ARGV[6 + i * 3]
+  local s = redis.call('INCR', seq) % 68719476736
+  local score = (32768 - prio) * 68719476736 + s
+  added = added + redis.call('ZADD', qprefix .. host, 'NX', score, member)
+  schedule_host(ready, hprefix .. host, host, now)
+end
+local acked = 0
+for i = 4 + n * 3, #ARGV do
+  acked = acked + redis.call('ZREM', leases, ARGV[i])
+  redis.call('HDEL', ldata, ARGV[i])
+end
+return {added, acked}
+"""
+)
+
+# lease: reclaim expired leases, then lease up to `count` ready requests.
+# KEYS[1] ready ZSET, KEYS[2] leases ZSET, KEYS[3] lease data HASH,
+# KEYS[4] seq counter
+# ARGV[1] queue key prefix, ARGV[2] host record key prefix, ARGV[3] count,
+# ARGV[4] lease time ms, ARGV[5] worker id, ARGV[6] default delay ms,
+# ARGV[7] most expired leases to reclaim in this call
+# Returns {reclaimed, ms until the next host is ready (-1: none queued),
+#          hosts ready, leases outstanding, id1, request1, id2, request2, ...}
+LEASE_LUA = (
+    _LUA_SCHEDULE_HOST
+    + """
+local ready, leases, ldata, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local qprefix, hprefix = ARGV[1], ARGV[2]
+local count, lease_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
+local worker, default_delay = ARGV[5], tonumber(ARGV[6])
+local now = now_ms()
+
+local reclaimed = 0
+local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0,
+                           tonumber(ARGV[7]))
+for _, id in ipairs(expired) do
+  local data = redis.call('HGET', ldata, id)
+  if data then
+    local host, score, member = string.match(data, '^([^\\n]*)\\n([^\\n]*)\\n(.*)$')
+    redis.call('ZADD', qprefix .. host, 'NX', tonumber(score), member)
+    schedule_host(ready, hprefix .. host, host, now)
+    reclaimed = reclaimed + 1
+  end
+  redis.call('ZREM', leases, id)
+  redis.call('HDEL', ldata, id)
+end
+
+local out = {}
+local guard = count * 4 + 8
+while #out < count * 2 and guard > 0 do
+  guard = guard - 1
+  local top = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
+  if #top == 0 or tonumber(top[2]) > now then break end
+  local host = top[1]
+  local hkey = hprefix .. host
+  local rec = redis.call('HMGET', hkey, 'delay', 'backoff', 'park')
+  local park = tonumber(rec[3]) or 0
+  if park > now then
+    redis.call('ZADD', ready, park, host)
+  else
+    local q = qprefix .. host
+    local popped = redis.call('ZPOPMIN', q)
+    if #popped == 0 then
+      redis.call('ZREM', ready, host)
+    else
+      local delay = math.max(tonumber(rec[1]) or default_delay,
+                             tonumber(rec[2]) or 0)
+      local nxt = now + delay
+      redis.call('HSET', hkey, 'next', nxt)
+      if redis.call('ZCARD', q) > 0 then
+        redis.call('ZADD', ready, nxt, host)
+      else
+        redis.call('ZREM', ready, host)
+      end
+      local id = worker .. ':' .. redis.call('INCR', seq)
+      redis.call('HSET', ldata, id, host .. '\\n' .. popped[2] .. '\\n' .. popped[1])
+      redis.call('ZADD', leases, now + lease_ms, id)
+      out[#out + 1] = id
+      out[#out + 1] = popped[1]
+    end
+  end
+end
+
+local wait = -1
+local top = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
+if #top > 0 then wait = math.max(0, tonumber(top[2]) - now) end
+local res = {reclaimed, wait, redis.call('ZCARD', ready), redis.call('ZCARD', leases)}
+for _, v in ipairs(out) do res[#res + 1] = v end
+return res
+"""
+)
+
+# release: hand leases back to their queues now (a graceful stop returns the
+# requests it has not started), keeping their original scores.
+# KEYS[1] ready ZSET, KEYS[2] leases ZSET, KEYS[3] lease data HASH
+# ARGV[1] queue key prefix, ARGV[2] host record key prefix, ARGV[3..] lease ids
+# Returns the number of requests put back.
+RELEASE_LUA = (
+    _LUA_SCHEDULE_HOST
+    + """
+local ready, leases, ldata = KEYS[1], KEYS[2], KEYS[3]
+local qprefix, hprefix = ARGV[1], ARGV[2]
+local now = now_ms()
+local n = 0
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local data = redis.call('HGET', ldata, id)
+  if data and redis.call('ZREM', leases, id) == 1 then
+    local host, score, member = string.match(data, '^([^\\n]*)\\n([^\\n]*)\\n(.*)$')
+    redis.call('ZADD', qprefix .. host, 'NX', tonumber(score), member)
+    schedule_host(ready, hprefix .. host, host, now)
+    n = n + 1
+  end
+  redis.call('HDEL', ldata, id)
+end
+return n
+"""
+)
+
+
+@dataclass
+class LeaseBatch:
+    """What one lease round trip returned."""
+
+    leases: list[tuple[str, bytes]]
+    reclaimed: int
+    wait_ms: int  # until the next queued host is ready; -1: nothing queued
+    hosts_ready: int  # hosts with queued requests
+    leases_outstanding: int  # across the whole fleet
+
+
+@dataclass
+class QueuedRequest:
+    host: str
+    priority: int
+    member: bytes
+
+
+def clamp_priority(priority: int) -> int:
+    """>>> clamp_priority(10**9), clamp_priority(-(10**9)), clamp_priority(5)
+    (32767, -32768, 5)
+    """
+    return max(PRIORITY_MIN, min(PRIORITY_MAX, int(priority)))
+
+
+class Frontier:
+    """Asynchronous access to one crawl's frontier in Redis.
+
+    Stateless apart from the registered scripts: several frontiers (workers)
+    share the same keys safely, since every change is one script.
+    """
+
+    def __init__(self, client: aredis.Redis, prefix: str) -> None:
+        self.client = client
+        self.keys = FrontierKeys(prefix)
+        self._commit = client.register_script(COMMIT_LUA)
+        self._lease = client.register_script(LEASE_LUA)
+        self._release = client.register_script(RELEASE_LUA)
+
+    async def commit(
+        self, requests: Sequence[QueuedRequest] = (), acks: Iterable[str] = ()
+    ) -> tuple[int, int]:
+        """Queue ``requests`` and acknowledge the leases ``acks`` in one step.
+
+        Returns (requests added, leases acknowledged). A request identical to
+        one already queued for its host is not added twice.
+        """
+        args: list[Any] = [self.keys.queue_prefix, self.keys.host_prefix, len(requests)]
+        for r in requests:
+            args += [r.host, clamp_priority(r.priority), r.member]
+        args += list(acks)
+        k = self.keys
+        added, acked = await self._commit(
+            keys=[k.ready, k.seq, k.leases, k.lease_data], args=args
+        )
+        return int(added), int(acked)
+
+    async def lease(
+        self,
+        count: int,
+        worker: str,
+        lease_ms: int,
+        default_delay_ms: int,
+        reclaim: int = 32,
+    ) -> LeaseBatch:
+        k = self.keys
+        res = await self._lease(
+            keys=[k.ready, k.leases, k.lease_data, k.seq],
+            args=[
+                k.queue_prefix,
+                k.host_prefix,
+                count,
+                lease_ms,
+                worker,
+                default_delay_ms,
+                reclaim,
+            ],
+        )
+        items = res[4:]
+        leases = [
+            (items[i].decode(), bytes(items[i + 1])) for i in range(0, len(items), 2)
+        ]
+        return LeaseBatch(leases, int(res[0]), int(res[1]), int(res[2]), int(res[3]))
+
+    async def release(self, lease_ids: Sequence[str]) -> int:
+        if not lease_ids:
+            return 0
+        k = self.keys
+        return int(
+            await self._release(
+                keys=[k.ready, k.leases, k.lease_data],
+                args=[k.queue_prefix, k.host_prefix, *lease_ids],
+            )
+        )
+
+    async def extend(self, lease_ids: Sequence[str], lease_ms: int) -> int:
+        """Push the deadline of leases this worker still holds. ``XX`` leaves
+        alone a lease that was already reclaimed (it is queued again; this
+        worker's later acknowledgement of it is then a no-op)."""
+        if not lease_ids:
+            return 0
+        sec, usec = await self.client.time()
+        deadline = int(sec) * 1000 + int(usec) // 1000 + lease_ms
+        return int(
+            await self.client.zadd(
+                self.keys.leases, dict.fromkeys(lease_ids, deadline), xx=True, ch=True
+            )
+        )
+
+    async def counts(self) -> tuple[int, int]:
+        """(hosts with queued requests, leases outstanding)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.zcard(self.keys.ready)
+            pipe.zcard(self.keys.leases)
+            ready, leased = await pipe.execute()
+        return int(ready), int(leased)
+
+    async def queued(self) -> int:
+        """Requests queued over all hosts (a scan over the ready hosts: for
+        monitoring, not for the hot path)."""
+        total = 0
+        hosts = await self.client.zrange(self.keys.ready, 0, -1)
+        for i in range(0, len(hosts), 500):
+            async with self.client.pipeline(transaction=False) as pipe:
+                for h in hosts[i : i + 500]:
+                    pipe.zcard(self.keys.queue(h.decode()))
+                total += sum(await pipe.execute())
+        return total

@@ -1,0 +1,509 @@
+"""A Scrapy scheduler whose queue is the shared Redis frontier.
+
+Settings read (defaults in :mod:`webcrawl.defaults`): ``FRONTIER_BATCH_SIZE``,
+``FRONTIER_BUFFER_SIZE``, ``FRONTIER_LEASE_TIMEOUT``,
+``FRONTIER_HEARTBEAT_INTERVAL``, ``FRONTIER_PRIORITY_FUNCTION``,
+``SCHEDULER_PERSIST``, ``SCHEDULER_FLUSH_ON_START``, ``REDIS_RETRY_INITIAL``,
+``REDIS_RETRY_MAX``, ``DOWNLOAD_DELAY``, ``CONCURRENT_REQUESTS``,
+``DUPEFILTER_CLASS``, ``SCHEDULER_DEBUG``.
+
+How it keeps Scrapy's synchronous contract without blocking the reactor:
+``enqueue_request`` puts the request in a local outbox and returns ``True``;
+``next_request`` takes from a local buffer of leased requests and returns
+``None`` when it is empty. One background task (asyncio, on the reactor's
+loop) does all Redis work in few round trips: it runs the outbox through the
+dupefilter in one batch, pushes the survivors and acknowledges finished
+leases in one script, refills the buffer with a batch of leases when it runs
+low, renews this worker's leases and reclaims expired ones. When Redis is
+unreachable it waits and retries with back-off; nothing is dropped, since the
+outbox and acknowledgements stay in memory until Redis takes them.
+
+Leases end (are acknowledged) when the request's outcome is final and
+durable: its page stored (signal :data:`webcrawl.signals.items_stored`), a
+redirect or retry queued in its place (handed over atomically in the same
+script), or the request dropped (spider error, dropped item, filtered).
+A crawl is idle only when no host has queued requests, no lease is out
+anywhere in the fleet, and the local queues are empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING, Any, Self
+
+from redis.exceptions import BusyLoadingError, ReadOnlyError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from scrapy import signals
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.misc import build_from_crawler, load_object
+
+from extensions.canonical import canonicalize_url
+from extensions.connection import async_client
+from extensions.frontier import Frontier, QueuedRequest
+from extensions.hosts import host_key
+from extensions.keys import crawl_patterns
+from extensions.scoring import LocalHostCounts
+from extensions.serialization import (
+    UnserializableRequest,
+    request_from_bytes,
+    request_to_bytes,
+)
+from webcrawl import defaults
+from webcrawl.signals import items_stored
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from twisted.internet.defer import Deferred
+
+logger = logging.getLogger(__name__)
+
+LEASE_META = "frontier_lease"
+# Errors that mean "Redis is not there right now": wait and try again.
+TRANSIENT_REDIS_ERRORS = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    BusyLoadingError,
+    ReadOnlyError,
+    ConnectionResetError,
+    OSError,
+)
+# Leases are not renewed past this age: a request whose outcome never comes
+# (a bug, a lost signal) is then reclaimed instead of being held forever.
+MAX_LEASE_AGE = 3600.0
+# Poll interval when the frontier is empty (other workers may add work).
+IDLE_POLL = 0.5
+
+
+def worker_id() -> str:
+    """A worker id that names the machine and process, unique per run."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def lease_of(obj: Any) -> str | None:
+    """The lease token carried by an item (attribute or mapping key)."""
+    if isinstance(obj, dict):
+        value = obj.get("lease")
+    else:
+        value = getattr(obj, "lease", None)
+    return value if isinstance(value, str) else None
+
+
+class RedisScheduler(BaseScheduler):
+    """Scrapy scheduler over :class:`extensions.frontier.Frontier`.
+
+    Ordering: higher ``request.priority`` first (after the scoring function),
+    FIFO within a priority, per host; across hosts, whichever host may be
+    fetched soonest. Persistence: the frontier, the dupefilter and the
+    politeness records stay in Redis when the crawl closes unless
+    ``SCHEDULER_PERSIST`` is False (this scheduler is the only component
+    that deletes crawl keys); ``SCHEDULER_FLUSH_ON_START`` starts afresh.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        s = crawler.settings
+        self.batch_size = s.getint("FRONTIER_BATCH_SIZE", defaults.FRONTIER_BATCH_SIZE)
+        buffer_size = s.getint("FRONTIER_BUFFER_SIZE", defaults.FRONTIER_BUFFER_SIZE)
+        self.buffer_size = buffer_size or 2 * s.getint("CONCURRENT_REQUESTS", 16)
+        self.lease_timeout = s.getfloat(
+            "FRONTIER_LEASE_TIMEOUT", defaults.FRONTIER_LEASE_TIMEOUT
+        )
+        self.heartbeat = s.getfloat(
+            "FRONTIER_HEARTBEAT_INTERVAL", defaults.FRONTIER_HEARTBEAT_INTERVAL
+        )
+        self.persist = s.getbool("SCHEDULER_PERSIST", defaults.SCHEDULER_PERSIST)
+        self.flush_on_start = s.getbool(
+            "SCHEDULER_FLUSH_ON_START", defaults.SCHEDULER_FLUSH_ON_START
+        )
+        self.retry_initial = s.getfloat(
+            "REDIS_RETRY_INITIAL", defaults.REDIS_RETRY_INITIAL
+        )
+        self.retry_max = s.getfloat("REDIS_RETRY_MAX", defaults.REDIS_RETRY_MAX)
+        self.default_delay_ms = int(s.getfloat("DOWNLOAD_DELAY", 0) * 1000)
+        self.debug = s.getbool("SCHEDULER_DEBUG")
+        path = s.get("FRONTIER_PRIORITY_FUNCTION", defaults.FRONTIER_PRIORITY_FUNCTION)
+        self.score: Callable[..., int] | None = load_object(path) if path else None
+        self.host_counts = LocalHostCounts()
+        self.dupefilter = build_from_crawler(
+            load_object(s["DUPEFILTER_CLASS"]), crawler
+        )
+        self.worker = worker_id()
+        self.stats = crawler.stats
+        self.spider: Spider | None = None
+        self.frontier: Frontier | None = None
+        # Local state, all touched only on the reactor thread.
+        self._outbox: deque[tuple[Request, str | None]] = deque()
+        self._acks: list[str] = []
+        self._buffer: deque[tuple[str, Request]] = deque()
+        self._memory: deque[Request] = deque()  # requests JSON cannot hold
+        self._held: dict[str, float] = {}  # lease -> time leased (monotonic)
+        self._remote_ready = 0
+        self._remote_leases = 0
+        self._next_poll = 0.0
+        self._next_heartbeat = 0.0
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._redis_down_since: float | None = None
+        self._retry_delay = self.retry_initial
+        # Deduplicated requests and acknowledgements waiting for Redis: kept
+        # apart from the outbox so a failed push is retried without running
+        # the requests through the dupefilter again (they are marked seen).
+        self._pending: tuple[list[QueuedRequest], list[str]] | None = None
+        self._warned_unserializable = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    # -- Scrapy's scheduler contract ------------------------------------------
+
+    def open(self, spider: Spider) -> Deferred[None]:
+        self.spider = spider
+        self.frontier = Frontier(async_client(self.crawler), spider.name)
+        sig = self.crawler.signals
+        sig.connect(self._on_items_stored, signal=items_stored)
+        sig.connect(self._on_item_finished, signal=signals.item_dropped)
+        sig.connect(self._on_item_finished, signal=signals.item_error)
+        sig.connect(self._on_spider_error, signal=signals.spider_error)
+        sig.connect(self._on_request_dropped, signal=signals.request_dropped)
+        return deferred_from_coro(self._open())
+
+    async def _open(self) -> None:
+        if self.flush_on_start:
+            await self._retrying(self._flush_keys)
+        if hasattr(self.dupefilter, "open"):
+            result = self.dupefilter.open()
+            if result is not None:
+                await result
+        logger.info(
+            "Frontier %r opened as worker %s (persist=%s)",
+            self.frontier.keys.prefix if self.frontier else "",
+            self.worker,
+            self.persist,
+        )
+        self._task = asyncio.ensure_future(self._run())
+
+    def close(self, reason: str) -> Deferred[None]:
+        return deferred_from_coro(self._close(reason))
+
+    async def _close(self, reason: str) -> None:
+        self._closing = True
+        self._wakeup.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        # Hand back what was leased but never started, then push what is left.
+        unstarted = [lease for lease, _ in self._buffer]
+        self._buffer.clear()
+        assert self.frontier is not None
+        if unstarted:
+            returned = await self._retrying(self.frontier.release, unstarted, limit=5)
+            logger.info("Handed back %s unstarted leases", returned)
+        await self._retrying(self._sync_out, limit=5)
+        if self._memory:
+            logger.warning(
+                "%s requests that cannot be stored in Redis are lost on close",
+                len(self._memory),
+            )
+        if hasattr(self.dupefilter, "close"):
+            result = self.dupefilter.close(reason)
+            if result is not None:
+                await result
+        if not self.persist:
+            await self._retrying(self._flush_keys, limit=5)
+        await self.frontier.client.aclose()
+
+    def has_pending_requests(self) -> bool:
+        return bool(
+            self._buffer
+            or self._outbox
+            or self._acks
+            or self._pending
+            or self._memory
+            or self._held
+            or self._remote_ready
+            or self._remote_leases
+        )
+
+    def enqueue_request(self, request: Request) -> bool:
+        canonical = canonicalize_url(request.url)
+        if canonical != request.url:
+            request = request.replace(url=canonical)
+        parent = request.meta.pop(LEASE_META, None)
+        self._outbox.append((request, parent))
+        self._wakeup.set()
+        return True
+
+    def next_request(self) -> Request | None:
+        if len(self._buffer) <= self.buffer_size // 2:
+            self._wakeup.set()
+        if self._buffer:
+            lease, request = self._buffer.popleft()
+            self._held[lease] = time.monotonic()
+            request.meta[LEASE_META] = lease
+            self.stats.inc_value("scheduler/dequeued/redis")
+            self.stats.inc_value("scheduler/dequeued")
+            return request
+        if self._memory:
+            self.stats.inc_value("scheduler/dequeued/memory")
+            self.stats.inc_value("scheduler/dequeued")
+            return self._memory.popleft()
+        return None
+
+    def __len__(self) -> int:
+        return len(self._buffer) + len(self._outbox) + len(self._memory)
+
+    # -- outcomes ----------------------------------------------------------------
+
+    def _ack(self, lease: str | None) -> None:
+        if lease and self._held.pop(lease, None) is not None:
+            self._acks.append(lease)
+            self._wakeup.set()
+
+    def _on_items_stored(self, items: list[Any]) -> None:
+        for item in items:
+            self._ack(lease_of(item))
+
+    def _on_item_finished(self, item: Any, **_: Any) -> None:
+        self._ack(lease_of(item))
+
+    def _on_spider_error(self, failure: Any, response: Any, **_: Any) -> None:
+        if response is not None:
+            self._ack(response.meta.get(LEASE_META))
+
+    def _on_request_dropped(self, request: Request, **_: Any) -> None:
+        self._ack(request.meta.get(LEASE_META))
+
+    # -- the background task --------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._closing:
+            try:
+                await self._step()
+                if self._redis_down_since is not None:
+                    logger.warning(
+                        "Redis is reachable again after %.1fs",
+                        time.monotonic() - self._redis_down_since,
+                    )
+                    self._redis_down_since = None
+            except TRANSIENT_REDIS_ERRORS as exc:
+                delay = self._redis_failed(exc)
+                await self._sleep(delay)
+                continue
+            except Exception:
+                logger.exception("Frontier step failed; retrying")
+                await self._sleep(self.retry_initial)
+                continue
+            await self._wait()
+
+    def _redis_failed(self, exc: BaseException) -> float:
+        now = time.monotonic()
+        if self._redis_down_since is None:
+            self._redis_down_since = now
+            self._retry_delay = self.retry_initial
+            logger.error(
+                "Redis unreachable (%s); holding %s outgoing requests and %s "
+                "acknowledgements, retrying with back-off",
+                type(exc).__name__,
+                len(self._outbox),
+                len(self._acks),
+            )
+        else:
+            self._retry_delay = min(self.retry_max, self._retry_delay * 2)
+        self.stats.inc_value("scheduler/redis_errors")
+        return self._retry_delay
+
+    async def _sleep(self, seconds: float) -> None:
+        self._wakeup.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), seconds)
+
+    async def _wait(self) -> None:
+        if self._outbox or self._acks or self._pending or self._closing:
+            return
+        deadline = self._next_heartbeat
+        if len(self._buffer) <= self.buffer_size // 2:
+            deadline = min(deadline, self._next_poll)
+        await self._sleep(max(0.0, deadline - time.monotonic()))
+
+    async def _step(self) -> None:
+        self._wakeup.clear()
+        await self._sync_out()
+        now = time.monotonic()
+        if now >= self._next_heartbeat:
+            await self._heartbeat()
+            self._next_heartbeat = now + self.heartbeat
+        if len(self._buffer) <= self.buffer_size // 2 and now >= self._next_poll:
+            await self._refill()
+
+    async def _sync_out(self) -> None:
+        """Dedup the outbox, push it and send acknowledgements, in batches."""
+        assert self.frontier is not None
+        while self._pending or self._outbox or self._acks:
+            if self._pending is None:
+                batch = [self._outbox.popleft() for _ in range(min(500, len(self._outbox)))]
+                acks, self._acks = self._acks, []
+                try:
+                    queued, parents = await self._dedup(batch)
+                except BaseException:
+                    self._acks[:0] = acks
+                    raise
+                self._pending = (queued, acks + parents)
+            queued, acks = self._pending
+            added, acked = await self.frontier.commit(queued, acks)
+            self._pending = None
+            if queued:
+                self.stats.inc_value("scheduler/enqueued/redis", len(queued))
+                self.stats.inc_value("scheduler/enqueued", len(queued))
+                # Work appeared: look for it now rather than at the next poll.
+                self._next_poll = 0.0
+            if acks:
+                self.stats.inc_value("scheduler/acked", acked)
+            if self.debug:
+                logger.debug("Pushed %s (%s new), acked %s", len(queued), added, acked)
+
+    async def _dedup(
+        self, batch: list[tuple[Request, str | None]]
+    ) -> tuple[list[QueuedRequest], list[str]]:
+        """Run ``batch`` through the dupefilter (one round trip); return what
+        to queue, and the leases of parents (redirects, retries), which end
+        with the child queued or filtered: they are acknowledged in the same
+        script that queues the child. On a Redis error the batch goes back
+        to the outbox."""
+        assert self.spider is not None
+        try:
+            checked = [r for r, _ in batch if not r.dont_filter]
+            seen = iter(await self.dupefilter.requests_seen(checked) if checked else [])
+        except BaseException:
+            self._outbox.extendleft(reversed(batch))
+            raise
+        queued: list[QueuedRequest] = []
+        parents = [parent for _, parent in batch if parent]
+        for request, _parent in batch:
+            if not request.dont_filter and next(seen):
+                self.crawler.signals.send_catch_log(
+                    signals.request_dropped, request=request, spider=self.spider
+                )
+                continue
+            try:
+                member = request_to_bytes(request, self.spider)
+            except UnserializableRequest as exc:
+                self._unserializable(request, exc)
+                continue
+            host = host_key(request.url)
+            priority = (
+                self.score(request, self.host_counts) if self.score else request.priority
+            )
+            self.host_counts.add(host)
+            queued.append(QueuedRequest(host, priority, member))
+        return queued, parents
+
+    def _unserializable(self, request: Request, exc: Exception) -> None:
+        self.stats.inc_value("scheduler/unserializable")
+        if not self._warned_unserializable:
+            logger.warning(
+                "Unable to serialize request %s: %s - it is kept in this worker's "
+                "memory only (not shared, lost if the worker dies); "
+                "this is reported once",
+                request,
+                exc,
+            )
+            self._warned_unserializable = True
+        self._memory.append(request)
+
+    async def _refill(self) -> None:
+        assert self.frontier is not None
+        want = min(self.batch_size, self.buffer_size - len(self._buffer))
+        batch = await self.frontier.lease(
+            want,
+            self.worker,
+            int(self.lease_timeout * 1000),
+            self.default_delay_ms,
+        )
+        self._remote_ready = batch.hosts_ready
+        self._remote_leases = batch.leases_outstanding
+        if batch.reclaimed:
+            self.stats.inc_value("scheduler/reclaimed", batch.reclaimed)
+            logger.info("Reclaimed %s expired leases", batch.reclaimed)
+        bad: list[str] = []
+        for lease, member in batch.leases:
+            try:
+                request = request_from_bytes(member, self.spider)
+            except Exception:
+                self.stats.inc_value("scheduler/undecodable")
+                logger.error("Dropping an undecodable frontier entry: %r", member[:200])
+                bad.append(lease)
+                continue
+            self._buffer.append((lease, request))
+        self._acks.extend(bad)
+        now = time.monotonic()
+        if batch.leases:
+            self._next_poll = now  # there may be more ready right away
+            self._wake_engine()
+        elif batch.wait_ms >= 0:
+            self._next_poll = now + min(batch.wait_ms / 1000, IDLE_POLL)
+        else:
+            self._next_poll = now + IDLE_POLL
+
+    async def _heartbeat(self) -> None:
+        assert self.frontier is not None
+        now = time.monotonic()
+        renew = [lease for lease, t in self._held.items() if now - t < MAX_LEASE_AGE]
+        renew += [lease for lease, _ in self._buffer]
+        if renew:
+            await self.frontier.extend(renew, int(self.lease_timeout * 1000))
+        self._remote_ready, self._remote_leases = await self.frontier.counts()
+        await self.frontier.client.zadd(
+            self.frontier.keys.workers, {self.worker: int(time.time() * 1000)}
+        )
+
+    async def _flush_keys(self) -> None:
+        assert self.frontier is not None and self.spider is not None
+        client = self.frontier.client
+        deleted = 0
+        for pattern in crawl_patterns(self.spider.name):
+            async for key in client.scan_iter(match=pattern, count=1000):
+                deleted += await client.unlink(key)
+        logger.info("Flushed %s keys of crawl %r", deleted, self.spider.name)
+
+    async def _retrying(
+        self,
+        func: Callable[..., Coroutine[Any, Any, Any]],
+        *args: Any,
+        limit: int | None = None,
+    ) -> Any:
+        """Call ``func`` until Redis answers (``limit`` tries at most)."""
+        tries = 0
+        while True:
+            try:
+                return await func(*args)
+            except TRANSIENT_REDIS_ERRORS as exc:
+                tries += 1
+                if limit is not None and tries >= limit:
+                    logger.error("Giving up on Redis after %s tries: %s", tries, exc)
+                    return None
+                await asyncio.sleep(self._redis_failed(exc))
+
+    def _wake_engine(self) -> None:
+        # The engine polls the scheduler after each response and every 5 s
+        # (its heartbeat); requests that arrive from Redis in between would
+        # wait for that heartbeat. Scrapy has no public call to ask for an
+        # earlier poll, so schedule the engine's own next call when it exists.
+        engine = self.crawler.engine
+        slot = getattr(engine, "_slot", None)
+        nextcall = getattr(slot, "nextcall", None)
+        if nextcall is not None:
+            nextcall.schedule()

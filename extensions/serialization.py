@@ -1,0 +1,147 @@
+"""Requests as compact, safe bytes for the frontier (never pickle).
+
+A queued request is the JSON of ``Request.to_dict()`` with every field that
+holds its default left out, top-level field names shortened, and the URL kept
+in front as plain text::
+
+    https://a.test/page            a GET with nothing else to say
+    https://a.test/p\\n{"m":{"depth":2}}   anything else: a short JSON tail
+
+Priority is left out as well: the frontier keeps it in the ZSET score. This
+keeps a typical queued page request under 200 bytes of Redis memory, ZSET
+overhead included (see ``bench/RESULTS.md``). JSON means a shared Redis
+holds data, not code: anyone who can write to it cannot run code in workers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.request import request_from_dict
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+
+# Values equal to these are not stored (Request's own defaults).
+_DEFAULTS: dict[str, Any] = {
+    "callback": None,
+    "errback": None,
+    "headers": {},
+    "method": "GET",
+    "body": b"",
+    "cookies": {},
+    "meta": {},
+    "encoding": "utf-8",
+    "priority": 0,
+    "dont_filter": False,
+    "flags": [],
+    "cb_kwargs": {},
+}
+_SHORT = {
+    "callback": "c",
+    "errback": "e",
+    "headers": "h",
+    "method": "M",
+    "body": "b",
+    "cookies": "k",
+    "meta": "m",
+    "encoding": "n",
+    "dont_filter": "f",
+    "flags": "F",
+    "cb_kwargs": "a",
+    "_class": "C",
+}
+_LONG = {v: k for k, v in _SHORT.items()}
+# Meta keys never stored: per-attempt state that must not survive a re-queue.
+TRANSIENT_META = frozenset({"download_slot", "download_latency", "frontier_lease"})
+
+
+class UnserializableRequest(ValueError):
+    """The request cannot be stored as JSON (e.g. a lambda callback or a meta
+    value JSON cannot represent)."""
+
+
+def _encode_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        # Header values and bodies are bytes: keep them as latin-1 text with a
+        # marker, which round-trips every byte.
+        return {"$b": value.decode("latin-1")}
+    if isinstance(value, dict):
+        return {str(k): _encode_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encode_value(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise UnserializableRequest(f"cannot store a {type(value).__name__} in JSON")
+
+
+def _decode_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1 and "$b" in value:
+            return value["$b"].encode("latin-1")
+        return {k: _decode_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode_value(v) for v in value]
+    return value
+
+
+def request_to_bytes(request: Request, spider: Spider | None = None) -> bytes:
+    """Serialize ``request`` for the frontier.
+
+    >>> from scrapy import Request
+    >>> request_to_bytes(Request("https://a.test/x"))
+    b'https://a.test/x'
+    >>> request_to_bytes(Request("https://a.test/x", meta={"depth": 2}, priority=9))
+    b'https://a.test/x\\n{"m":{"depth":2}}'
+    """
+    try:
+        d = request.to_dict(spider=spider)
+    except ValueError as exc:  # a callback that is not a spider method
+        raise UnserializableRequest(str(exc)) from exc
+    url = d.pop("url")
+    if "\n" in url:
+        raise UnserializableRequest("URL contains a newline")
+    d.pop("priority", None)
+    meta = d.get("meta") or {}
+    if any(k in meta for k in TRANSIENT_META):
+        d["meta"] = {k: v for k, v in meta.items() if k not in TRANSIENT_META}
+    rest = {
+        _SHORT.get(k, k): _encode_value(v)
+        for k, v in d.items()
+        if k not in _DEFAULTS or v != _DEFAULTS[k]
+    }
+    if not rest:
+        return url.encode()
+    try:
+        tail = json.dumps(rest, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise UnserializableRequest(str(exc)) from exc
+    return f"{url}\n{tail}".encode()
+
+
+def request_from_bytes(
+    data: bytes, spider: Spider | None = None, priority: int = 0
+) -> Request:
+    """Inverse of :func:`request_to_bytes`.
+
+    >>> r = request_from_bytes(b'https://a.test/x\\n{"m":{"depth":2}}', priority=3)
+    >>> r.url, r.meta["depth"], r.priority
+    ('https://a.test/x', 2, 3)
+    """
+    text = data.decode()
+    url, _, tail = text.partition("\n")
+    d: dict[str, Any] = {"url": url, "priority": priority}
+    if tail:
+        for k, v in json.loads(tail).items():
+            d[_LONG.get(k, k)] = _decode_value(v)
+    return request_from_dict(d, spider=spider)
+
+
+def priority_from_score(score: float) -> int:
+    """Recover ``request.priority`` from a frontier score.
+
+    >>> priority_from_score((32768 - 7) * 2**36 + 12345)
+    7
+    """
+    return 32768 - int(score) // 2**36

@@ -1,0 +1,176 @@
+"""The frontier's Lua scripts against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import redis.asyncio as aredis
+from scrapy import Request
+
+from extensions.frontier import Frontier, QueuedRequest
+from extensions.serialization import request_from_bytes, request_to_bytes
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    import redis
+
+
+def run(redis_url: str, body: Callable[[Frontier], Awaitable[None]]) -> None:
+    async def main() -> None:
+        client = aredis.Redis.from_url(redis_url)
+        try:
+            await body(Frontier(client, "web"))
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def q(url: str, priority: int = 0, host: str = "http://a.test:80") -> QueuedRequest:
+    return QueuedRequest(host, priority, request_to_bytes(Request(url)))
+
+
+def urls(batch: list[tuple[str, bytes]]) -> list[str]:
+    return [request_from_bytes(m).url for _, m in batch]
+
+
+def test_priority_then_fifo(redis_url: str) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit([q("http://a.test/1"), q("http://a.test/2", 5)])
+        await f.commit([q("http://a.test/3"), q("http://a.test/4", 5)])
+        await f.commit([q("http://a.test/5", -3), q("http://a.test/0")])
+        got = await f.lease(10, "w1", 60_000, 0)
+        assert urls(got.leases) == [
+            "http://a.test/2",
+            "http://a.test/4",
+            "http://a.test/1",
+            "http://a.test/3",
+            "http://a.test/0",
+            "http://a.test/5",
+        ]
+        assert got.leases_outstanding == 6
+        assert got.hosts_ready == 0
+        assert got.wait_ms == -1
+
+    run(redis_url, body)
+
+
+def test_identical_request_is_queued_once(redis_url: str) -> None:
+    async def body(f: Frontier) -> None:
+        added, _ = await f.commit([q("http://a.test/1"), q("http://a.test/1")])
+        assert added == 1
+
+    run(redis_url, body)
+
+
+def test_host_delay_spaces_leases_and_reports_wait(redis_url: str) -> None:
+    async def body(f: Frontier) -> None:
+        reqs = [q(f"http://a.test/{i}") for i in range(3)]
+        reqs += [q(f"http://b.test/{i}", host="http://b.test:80") for i in range(3)]
+        await f.commit(reqs)
+        first = await f.lease(10, "w1", 60_000, default_delay_ms=300)
+        # One request per host: each host must wait its delay for the next.
+        assert sorted(urls(first.leases)) == ["http://a.test/0", "http://b.test/0"]
+        assert 200 < first.wait_ms <= 300
+        assert (await f.lease(10, "w1", 60_000, 300)).leases == []
+        await asyncio.sleep(first.wait_ms / 1000 + 0.02)
+        second = await f.lease(10, "w2", 60_000, 300)
+        assert sorted(urls(second.leases)) == ["http://a.test/1", "http://b.test/1"]
+
+    run(redis_url, body)
+
+
+def test_host_record_delay_backoff_and_park(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit([q(f"http://a.test/{i}") for i in range(3)])
+        await f.client.hset(f.keys.host("http://a.test:80"), mapping={"delay": 50})
+        got = await f.lease(10, "w1", 60_000, default_delay_ms=10_000)
+        assert len(got.leases) == 1 and got.wait_ms <= 50
+        await f.client.hset(f.keys.host("http://a.test:80"), mapping={"backoff": 5000})
+        await asyncio.sleep(0.06)
+        got = await f.lease(10, "w1", 60_000, 0)
+        assert len(got.leases) == 1 and 4000 < got.wait_ms <= 5000
+        # A parked host is rescheduled for its park time, not handed out.
+        sec, _ = await f.client.time()
+        park = (int(sec) + 100) * 1000
+        await f.client.hset(f.keys.host("http://a.test:80"), mapping={"park": park})
+        await f.client.zadd(f.keys.ready, {"http://a.test:80": 0})
+        got = await f.lease(10, "w1", 60_000, 0)
+        assert got.leases == [] and got.wait_ms > 90_000
+
+    run(redis_url, body)
+
+
+def test_ack_release_and_expiry(redis_url: str) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit([q(f"http://a.test/{i}") for i in range(4)])
+        got = await f.lease(4, "w1", 60_000, 0)
+        ids = [i for i, _ in got.leases]
+        # Acknowledged: gone for good.
+        assert await f.commit(acks=ids[:1]) == (0, 1)
+        # Released: back in the queue at once, with its place kept.
+        assert await f.release(ids[1:2]) == 1
+        # Expired: reclaimed by the next lease call of any worker.
+        await f.client.zadd(f.keys.leases, {ids[2]: 0}, xx=True)
+        again = await f.lease(10, "w2", 60_000, 0)
+        assert again.reclaimed == 1
+        assert urls(again.leases) == ["http://a.test/1", "http://a.test/2"]
+        # Extending a reclaimed lease does not resurrect it.
+        assert await f.extend([ids[2], ids[3]], 60_000) == 1
+        assert await f.client.zcard(f.keys.leases) == 3
+
+    run(redis_url, body)
+
+
+def test_handover_is_atomic_with_the_push(redis_url: str) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit([q("http://a.test/old")])
+        (lease, _member), *_ = (await f.lease(1, "w1", 60_000, 0)).leases
+        added, acked = await f.commit([q("http://a.test/new")], [lease])
+        assert (added, acked) == (1, 1)
+        assert await f.counts() == (1, 0)
+
+    run(redis_url, body)
+
+
+def test_queued_request_memory(redis_url: str, redis_client: redis.Redis) -> None:
+    """At most 200 bytes of Redis per queued request, as the spider queues
+    them (errback, depth), measured with MEMORY USAGE over a large queue."""
+    n_hosts, per_host = 20, 1000
+
+    class Spider:
+        def on_error(self, failure: object) -> None: ...
+
+    spider = Spider()
+
+    async def body(f: Frontier) -> None:
+        for h in range(n_hosts):
+            host = f"http://site-{h:03d}.sandbox.test:8080"
+            reqs = [
+                QueuedRequest(
+                    host,
+                    95,
+                    request_to_bytes(
+                        Request(
+                            f"{host}/articles/{i % 97}/page-{i}.html",
+                            errback=spider.on_error,
+                            meta={"depth": 2},
+                        ),
+                        spider,  # type: ignore[arg-type]
+                    ),
+                )
+                for i in range(per_host)
+            ]
+            await f.commit(reqs)
+
+    run(redis_url, body)
+    total = 0
+    for key in redis_client.scan_iter(match="web:*", count=1000):
+        total += redis_client.memory_usage(key, samples=0) or 0
+    per_request = total / (n_hosts * per_host)
+    print(f"Redis bytes per queued request: {per_request:.1f}")
+    assert per_request <= 200

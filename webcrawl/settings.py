@@ -1,0 +1,41 @@
+"""Scrapy settings of the webcrawl project.
+
+Our own settings and their defaults live in :mod:`webcrawl.defaults` (and the
+README's settings table); this file sets Scrapy's and switches the system on
+through the add-on. Override any of them with ``-s NAME=value`` or scrapyd's
+``setting=NAME=value``.
+"""
+
+BOT_NAME = "webcrawl"
+SPIDER_MODULES = ["webcrawl.spiders"]
+NEWSPIDER_MODULE = "webcrawl.spiders"
+
+ADDONS = {"webcrawl.addon.Webcrawl": 0}
+
+# Identify the crawler and give site owners a way to reach us.
+USER_AGENT = "webcrawl/0.1 (+https://github.com/webcrawl/webcrawl)"
+
+# Politeness: enforced per host across the whole fleet by the lock middleware
+# and the frontier's host schedule (not per process, as stock Scrapy does).
+DOWNLOAD_DELAY = 1.0
+CONCURRENT_REQUESTS = 32
+CONCURRENT_REQUESTS_PER_DOMAIN = 32
+RANDOMIZE_DOWNLOAD_DELAY = False
+AUTOTHROTTLE_ENABLED = False
+DOWNLOAD_TIMEOUT = 30
+DOWNLOAD_MAXSIZE = 16 * 1024 * 1024
+DOWNLOAD_WARNSIZE = 4 * 1024 * 1024
+RETRY_TIMES = 2
+
+# The frontier orders requests; Scrapy's own breadth-first settings would only
+# reorder what the frontier already leased.
+DEPTH_LIMIT = 0
+DEPTH_PRIORITY = 0
+
+# Local names of the sandbox web (*.sandbox.test) resolve to loopback; every
+# other name goes to the system resolver (.test never exists on the internet).
+DNS_RESOLVER = "sandbox.resolver.SandboxResolver"
+
+TELNETCONSOLE_ENABLED = False
+LOG_LEVEL = "INFO"
+FEED_EXPORT_ENCODING = "utf-8"

@@ -1,0 +1,258 @@
+"""The ``web`` spider: crawl from the Redis seed list, follow links in scope.
+
+Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
+``MAX_IDLE_TIME_BEFORE_CLOSE``, ``WEB_ALLOWED_DOMAINS``,
+``WEB_SCOPE_SEED_HOSTS`` (defaults in :mod:`webcrawl.defaults`).
+
+Spider arguments (``-a``): ``allowed_domains`` (comma list), ``max_depth``
+(sets ``DEPTH_LIMIT``).
+
+Seeds: ``redis-cli lpush web:start_urls URL`` (or a JSON object, see
+:mod:`extensions.seeds`). ``start()`` takes what is in the list when the crawl
+opens; afterwards a poll every ``SEED_POLL_INTERVAL`` seconds (one Redis call,
+no busy loop) feeds new seeds to the engine while the crawl runs.
+
+Every response yields one :class:`~webcrawl.items.PageItem`, and so does every
+final failure (download error, HTTP error status, robots.txt exclusion), so a
+page that fails stays on record and its frontier lease ends. Links are yielded
+before the page item: the frontier then queues the children before the page
+can be stored and its lease acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, Spider, signals
+from scrapy.exceptions import DontCloseSpider
+from scrapy.http import HtmlResponse, Response
+from scrapy.linkextractors import LinkExtractor
+from scrapy.spidermiddlewares.httperror import HttpError
+
+from extensions.connection import async_client
+from extensions.scheduler import LEASE_META
+from extensions.seeds import SeedList
+from webcrawl import defaults
+from webcrawl.items import PageItem
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+    from scrapy.crawler import Crawler
+    from twisted.python.failure import Failure
+
+logger = logging.getLogger(__name__)
+
+
+def _header_dict(response: Response) -> dict[str, list[str]]:
+    return {
+        k.decode("latin-1").lower(): [v.decode("latin-1") for v in vs]
+        for k, vs in response.headers.items()
+    }
+
+
+def _robots_directives(response: Response) -> set[str]:
+    """``noindex``/``nofollow`` from X-Robots-Tag and ``<meta name=robots>``."""
+    found: set[str] = set()
+    for value in response.headers.getlist(b"X-Robots-Tag"):
+        found.update(t.strip().lower() for t in value.decode("latin-1").split(","))
+    if isinstance(response, HtmlResponse):
+        for content in response.xpath(
+            "//meta[translate(@name,'ROBTS','robts')='robots']/@content"
+        ).getall():
+            found.update(t.strip().lower() for t in content.split(","))
+    return found
+
+
+class WebSpider(Spider):
+    name = "web"
+
+    def __init__(
+        self,
+        *args: Any,
+        allowed_domains: str | list[str] | None = None,
+        max_depth: str | int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        if isinstance(allowed_domains, str):
+            allowed_domains = [d.strip() for d in allowed_domains.split(",") if d.strip()]
+        self._arg_domains = allowed_domains or []
+        self._max_depth = int(max_depth) if max_depth not in (None, "") else None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> WebSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        s = crawler.settings
+        if spider._max_depth is not None:
+            s.set("DEPTH_LIMIT", spider._max_depth, priority="spider")
+        spider.allowed_domains = spider._arg_domains or s.getlist(
+            "WEB_ALLOWED_DOMAINS", defaults.WEB_ALLOWED_DOMAINS
+        )
+        spider.scope_seed_hosts = s.getbool(
+            "WEB_SCOPE_SEED_HOSTS", defaults.WEB_SCOPE_SEED_HOSTS
+        )
+        spider.poll_interval = s.getfloat(
+            "SEED_POLL_INTERVAL", defaults.SEED_POLL_INTERVAL
+        )
+        spider.seed_batch = s.getint("SEED_BATCH_SIZE", defaults.SEED_BATCH_SIZE)
+        spider.max_idle = s.getfloat(
+            "MAX_IDLE_TIME_BEFORE_CLOSE", defaults.MAX_IDLE_TIME_BEFORE_CLOSE
+        )
+        spider.worker = s.get("WEBCRAWL_WORKER_ID") or None
+        crawler.signals.connect(spider._on_idle, signal=signals.spider_idle)
+        crawler.signals.connect(spider._on_closed, signal=signals.spider_closed)
+        for sig in (signals.response_received, signals.item_scraped):
+            crawler.signals.connect(spider._on_activity, signal=sig)
+        return spider
+
+    # -- seeds -----------------------------------------------------------------
+
+    def _seed_list(self) -> SeedList:
+        if getattr(self, "_seeds", None) is None:
+            self._seeds = SeedList(async_client(self.crawler), self.name)
+        return self._seeds
+
+    async def _take_seeds(self) -> list[Request]:
+        seeds, invalid = await self._seed_list().take(self.seed_batch)
+        stats = self.crawler.stats
+        assert stats is not None
+        for entry, why in invalid:
+            stats.inc_value("seeds/invalid")
+            logger.warning(
+                "Invalid seed %r (%s): moved to %s",
+                entry[:200],
+                why,
+                self._seed_list().invalid_key,
+            )
+        requests = []
+        for seed in seeds:
+            stats.inc_value("seeds/accepted")
+            if self.scope_seed_hosts and not self._arg_domains:
+                host = seed.url.split("/")[2].split("@")[-1].split(":")[0].lower()
+                if host not in self.allowed_domains:
+                    self.allowed_domains.append(host)
+            requests.append(
+                Request(
+                    seed.url,
+                    priority=seed.priority,
+                    meta=seed.meta,
+                    errback=self.on_error,
+                )
+            )
+        return requests
+
+    async def start(self) -> AsyncIterator[Any]:
+        while True:
+            requests = await self._take_seeds()
+            for request in requests:
+                yield request
+            if len(requests) < self.seed_batch:
+                break
+        self._idle_since: float | None = None
+        self._poller = asyncio.ensure_future(self._poll_seeds())
+
+    async def _poll_seeds(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            try:
+                requests = await self._take_seeds()
+            except Exception as exc:  # Redis down: the scheduler logs and waits
+                logger.debug("Seed poll failed: %s", exc)
+                continue
+            engine = self.crawler.engine
+            for request in requests:
+                assert engine is not None
+                engine.crawl(request)
+            if requests:
+                self._on_activity()
+
+    def _on_activity(self, *args: Any, **kwargs: Any) -> None:
+        self._idle_since = None
+
+    def _on_idle(self) -> None:
+        now = time.monotonic()
+        if getattr(self, "_idle_since", None) is None:
+            self._idle_since = now
+        if self.max_idle <= 0 or now - (self._idle_since or now) < self.max_idle:
+            raise DontCloseSpider
+
+    def _on_closed(self) -> None:
+        poller = getattr(self, "_poller", None)
+        if poller is not None:
+            poller.cancel()
+            with contextlib.suppress(Exception):
+                poller.exception()
+
+    # -- pages -----------------------------------------------------------------
+
+    def _item(self, response: Response, error: str | None = None) -> PageItem:
+        request = response.request
+        assert request is not None
+        return PageItem(
+            url=request.meta.get("redirect_urls", [request.url])[0],
+            final_url=response.url,
+            status=response.status,
+            fingerprint=self._fingerprint(request),
+            depth=int(request.meta.get("depth", 0)),
+            referrer=_referrer(request),
+            fetched_at=time.time(),
+            headers=_header_dict(response),
+            body=response.body,
+            encoding=getattr(response, "encoding", None),
+            error=error,
+            lease=request.meta.get(LEASE_META),
+            worker=self.worker,
+        )
+
+    def _fingerprint(self, request: Request) -> str:
+        fingerprinter = self.crawler.request_fingerprinter
+        urls = request.meta.get("redirect_urls")
+        if urls:  # the page is stored under the URL that was scheduled
+            request = request.replace(url=urls[0])
+        return fingerprinter.fingerprint(request).hex()
+
+    def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        directives = _robots_directives(response)
+        if isinstance(response, HtmlResponse) and "nofollow" not in directives:
+            extractor = LinkExtractor(
+                allow_domains=self.allowed_domains or (), unique=True
+            )
+            for link in extractor.extract_links(response):
+                if link.nofollow:
+                    continue
+                # DepthMiddleware sets meta["depth"]; RefererMiddleware the
+                # Referer header.
+                yield Request(link.url, errback=self.on_error)
+        yield self._item(response)
+
+    def on_error(self, failure: Failure) -> Iterator[PageItem]:
+        request: Request = failure.request  # type: ignore[attr-defined]
+        value = failure.value
+        if isinstance(value, HttpError):
+            yield self._item(value.response, error=f"http {value.response.status}")
+            return
+        stats = self.crawler.stats
+        assert stats is not None
+        stats.inc_value(f"web/failed/{type(value).__name__}")
+        yield PageItem(
+            url=request.meta.get("redirect_urls", [request.url])[0],
+            final_url=request.url,
+            status=0,
+            fingerprint=self._fingerprint(request),
+            depth=int(request.meta.get("depth", 0)),
+            referrer=_referrer(request),
+            fetched_at=time.time(),
+            error=f"{type(value).__name__}: {value}"[:500],
+            lease=request.meta.get(LEASE_META),
+            worker=self.worker,
+        )
+
+
+def _referrer(request: Request) -> str | None:
+    value = request.headers.get(b"Referer")
+    return value.decode("latin-1") if value else None
