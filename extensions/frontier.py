@@ -26,7 +26,7 @@ prefix, so on a Redis Cluster they stay in the ``{prefix}`` slot.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from extensions.keys import FrontierKeys
 
@@ -93,7 +93,8 @@ return {added, acked}
 # KEYS[4] seq counter
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix, ARGV[3] count,
 # ARGV[4] lease time ms, ARGV[5] worker id, ARGV[6] default delay ms,
-# ARGV[7] most expired leases to reclaim in this call
+# ARGV[7] most expired leases to reclaim in this call, ARGV[8] back-off quiet
+# period ms (a back-off raised longer ago than that is forgiven)
 # Returns {reclaimed, ms until the next host is ready (-1: none queued),
 #          hosts ready, leases outstanding, id1, request1, id2, request2, ...}
 LEASE_LUA = (
@@ -103,6 +104,7 @@ local ready, leases, ldata, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local qprefix, hprefix = ARGV[1], ARGV[2]
 local count, lease_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
 local worker, default_delay = ARGV[5], tonumber(ARGV[6])
+local quiet = tonumber(ARGV[8])
 local now = now_ms()
 
 local reclaimed = 0
@@ -128,7 +130,7 @@ while #out < count * 2 and guard > 0 do
   if #top == 0 or tonumber(top[2]) > now then break end
   local host = top[1]
   local hkey = hprefix .. host
-  local rec = redis.call('HMGET', hkey, 'delay', 'backoff', 'park')
+  local rec = redis.call('HMGET', hkey, 'delay', 'backoff', 'park', 'backoff_at')
   local park = tonumber(rec[3]) or 0
   if park > now then
     redis.call('ZADD', ready, park, host)
@@ -138,8 +140,9 @@ while #out < count * 2 and guard > 0 do
     if #popped == 0 then
       redis.call('ZREM', ready, host)
     else
-      local delay = math.max(tonumber(rec[1]) or default_delay,
-                             tonumber(rec[2]) or 0)
+      local backoff = tonumber(rec[2]) or 0
+      if now - (tonumber(rec[4]) or 0) >= quiet then backoff = 0 end
+      local delay = math.max(tonumber(rec[1]) or default_delay, backoff)
       local nxt = now + delay
       redis.call('HSET', hkey, 'next', nxt)
       if redis.call('ZCARD', q) > 0 then
@@ -257,9 +260,10 @@ class Frontier:
         lease_ms: int,
         default_delay_ms: int,
         reclaim: int = 32,
+        backoff_quiet_ms: int = 1_800_000,
     ) -> LeaseBatch:
         k = self.keys
-        res = await self._lease(
+        res: list[Any] = await self._lease(
             keys=[k.ready, k.leases, k.lease_data, k.seq],
             args=[
                 k.queue_prefix,
@@ -269,12 +273,11 @@ class Frontier:
                 worker,
                 default_delay_ms,
                 reclaim,
+                backoff_quiet_ms,
             ],
         )
-        items = res[4:]
-        leases = [
-            (items[i].decode(), bytes(items[i + 1])) for i in range(0, len(items), 2)
-        ]
+        items: list[bytes] = list(res[4:])
+        leases = [(items[i].decode(), items[i + 1]) for i in range(0, len(items), 2)]
         return LeaseBatch(leases, int(res[0]), int(res[1]), int(res[2]), int(res[3]))
 
     async def release(self, lease_ids: Sequence[str]) -> int:
@@ -295,12 +298,11 @@ class Frontier:
         if not lease_ids:
             return 0
         sec, usec = await self.client.time()
-        deadline = int(sec) * 1000 + int(usec) // 1000 + lease_ms
-        return int(
-            await self.client.zadd(
-                self.keys.leases, dict.fromkeys(lease_ids, deadline), xx=True, ch=True
-            )
+        deadline = int(sec or 0) * 1000 + int(usec or 0) // 1000 + lease_ms
+        changed = await self.client.zadd(
+            self.keys.leases, dict.fromkeys(lease_ids, deadline), xx=True, ch=True
         )
+        return cast("int", changed)
 
     async def counts(self) -> tuple[int, int]:
         """(hosts with queued requests, leases outstanding)."""
@@ -314,7 +316,7 @@ class Frontier:
         """Requests queued over all hosts (a scan over the ready hosts: for
         monitoring, not for the hot path)."""
         total = 0
-        hosts = await self.client.zrange(self.keys.ready, 0, -1)
+        hosts = cast("list[bytes]", await self.client.zrange(self.keys.ready, 0, -1))
         for i in range(0, len(hosts), 500):
             async with self.client.pipeline(transaction=False) as pipe:
                 for h in hosts[i : i + 500]:

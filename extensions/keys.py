@@ -2,8 +2,8 @@
 
 All keys start with the crawl's prefix, the spider name (``web``). Keys that a
 Lua script touches together carry the same hash tag, ``{web}``, so a Redis
-Cluster keeps them in one slot; keys that are only ever used alone (locks,
-robots, Bloom shards) carry their own tag or none, so a cluster spreads them.
+Cluster keeps them in one slot; keys that are only ever used alone (robots,
+Bloom shards) carry their own tag or none, so a cluster spreads them.
 
 ==============================  ======  =========================================
 key                             type    what it holds
@@ -20,12 +20,18 @@ key                             type    what it holds
 ``web:{web}:lease``             HASH    lease id -> host, score and request
 ``web:{web}:seq``               STRING  arrival counter (FIFO within a priority)
 ``web:{web}:workers``           ZSET    worker id -> last heartbeat (ms)
-``web:lock:<host>``             STRING  per-host download lock (token, PX)
+``web:{web}:lock:<id>``         STRING  per-host download lock (token, PX);
+                                        id: host, registered domain or IP
 ``web:robots:<host>``           HASH    cached robots.txt: status, body, time
 ``web:robots:fetch:<host>``     STRING  short lock: one robots fetch per fleet
 ``web:bloom:{web:<n>}:<layer>`` STRING  Bloom filter bitmap shard n of a layer
 ``web:bloom:meta``              HASH    Bloom filter geometry and layer count
-``web:simhash:<band>:<value>``  SET     near-duplicate band index (page ids)
+``web:simhash:{web:simhash}:``  SET     near-duplicate band index: page ids
+``<band>:<block>``                      whose SimHash has that 16-bit block
+``web:simhash:{web:simhash}:``  HASH    page id -> "<simhash> <content hash>"
+``pages``                               of the indexed (original) pages
+``web:simhash:{web:simhash}:``  HASH    content hash (SHA-256 of the text) ->
+``sha``                                 page id (exact duplicates)
 ==============================  ======  =========================================
 
 Host names are the frontier's dispatch key: ``scheme://host:port`` lowercased,
@@ -81,13 +87,6 @@ def invalid_start_urls(prefix: str) -> str:
     return f"{prefix}:start_urls:invalid"
 
 
-def lock(prefix: str, host: str) -> str:
-    """>>> lock("web", "http://a.test:80")
-    'web:lock:http://a.test:80'
-    """
-    return f"{prefix}:lock:{host}"
-
-
 def robots(prefix: str, host: str) -> str:
     return f"{prefix}:robots:{host}"
 
@@ -110,10 +109,13 @@ def bloom_meta(prefix: str) -> str:
 
 
 def simhash_band(prefix: str, band: int, value: int) -> str:
-    """>>> simhash_band("web", 2, 0xBEEF)
-    'web:simhash:2:beef'
+    """All duplicate-index keys share the ``{<prefix>:simhash}`` tag: one Lua
+    script checks and updates them together (pipelines.dedup).
+
+    >>> simhash_band("web", 2, 0xBEEF)
+    'web:simhash:{web:simhash}:2:beef'
     """
-    return f"{prefix}:simhash:{band}:{value:x}"
+    return f"{prefix}:simhash:{{{prefix}:simhash}}:{band}:{value:x}"
 
 
 def crawl_patterns(prefix: str) -> list[str]:
@@ -121,8 +123,32 @@ def crawl_patterns(prefix: str) -> list[str]:
     start a crawl afresh)."""
     return [
         FrontierKeys(prefix).pattern(),
-        f"{prefix}:lock:*",
         f"{prefix}:robots:*",
         f"{prefix}:bloom:*",
         f"{prefix}:simhash:*",
     ]
+
+
+def host_lock(prefix: str, lock_id: str) -> str:
+    """The per-host download lock under the frontier's hash tag, so the lock
+    script can read the host record and set the lock in one call on a
+    cluster too (``lock_id``: a host key, a registered domain or an IP).
+
+    >>> host_lock("web", "http://a.test:80")
+    'web:{web}:lock:http://a.test:80'
+    """
+    return f"{prefix}:{{{prefix}}}:lock:{lock_id}"
+
+
+def simhash_pages(prefix: str) -> str:
+    """>>> simhash_pages("web")
+    'web:simhash:{web:simhash}:pages'
+    """
+    return f"{prefix}:simhash:{{{prefix}:simhash}}:pages"
+
+
+def content_hashes(prefix: str) -> str:
+    """>>> content_hashes("web")
+    'web:simhash:{web:simhash}:sha'
+    """
+    return f"{prefix}:simhash:{{{prefix}:simhash}}:sha"

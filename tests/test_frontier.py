@@ -90,10 +90,18 @@ def test_host_record_delay_backoff_and_park(
         await f.client.hset(f.keys.host("http://a.test:80"), mapping={"delay": 50})
         got = await f.lease(10, "w1", 60_000, default_delay_ms=10_000)
         assert len(got.leases) == 1 and got.wait_ms <= 50
-        await f.client.hset(f.keys.host("http://a.test:80"), mapping={"backoff": 5000})
+        sec, _ = await f.client.time()
+        await f.client.hset(
+            f.keys.host("http://a.test:80"),
+            mapping={"backoff": 5000, "backoff_at": int(sec) * 1000},
+        )
         await asyncio.sleep(0.06)
         got = await f.lease(10, "w1", 60_000, 0)
         assert len(got.leases) == 1 and 4000 < got.wait_ms <= 5000
+        # A back-off raised longer ago than the quiet period is forgiven.
+        await f.client.zadd(f.keys.ready, {"http://a.test:80": 0})
+        got = await f.lease(1, "w1", 60_000, 0, backoff_quiet_ms=1)
+        assert len(got.leases) == 1 and got.wait_ms <= 50
         # A parked host is rescheduled for its park time, not handed out.
         sec, _ = await f.client.time()
         park = (int(sec) + 100) * 1000

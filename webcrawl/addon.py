@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from extensions.politeness import DOWNLOADER_MIDDLEWARES
+
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 SCHEDULER = "extensions.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
-DOWNLOADER_MIDDLEWARES: dict[str, int] = {}
-ITEM_PIPELINES: dict[str, int] = {}
+ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
 
 
 class Webcrawl:

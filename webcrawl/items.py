@@ -26,8 +26,8 @@ class PageItem:
     depth: int = 0
     referrer: str | None = None
     fetched_at: float = 0.0
-    headers: dict[str, list[str]] = field(default_factory=dict)
-    body: bytes = b""
+    headers: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    body: bytes = field(default=b"", repr=False)
     encoding: str | None = None
     error: str | None = None
     lease: str | None = None

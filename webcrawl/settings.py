@@ -6,6 +6,8 @@ through the add-on. Override any of them with ``-s NAME=value`` or scrapyd's
 ``setting=NAME=value``.
 """
 
+from webcrawl.defaults import WEBCRAWL_USER_AGENT
+
 BOT_NAME = "webcrawl"
 SPIDER_MODULES = ["webcrawl.spiders"]
 NEWSPIDER_MODULE = "webcrawl.spiders"
@@ -13,14 +15,14 @@ NEWSPIDER_MODULE = "webcrawl.spiders"
 ADDONS = {"webcrawl.addon.Webcrawl": 0}
 
 # Identify the crawler and give site owners a way to reach us.
-USER_AGENT = "webcrawl/0.1 (+https://github.com/webcrawl/webcrawl)"
+USER_AGENT = WEBCRAWL_USER_AGENT
 
 # Politeness: enforced per host across the whole fleet by the lock middleware
 # and the frontier's host schedule (not per process, as stock Scrapy does).
 DOWNLOAD_DELAY = 1.0
 CONCURRENT_REQUESTS = 32
 CONCURRENT_REQUESTS_PER_DOMAIN = 32
-RANDOMIZE_DOWNLOAD_DELAY = False
+DOWNLOAD_DELAY_JITTER = 0
 AUTOTHROTTLE_ENABLED = False
 DOWNLOAD_TIMEOUT = 30
 DOWNLOAD_MAXSIZE = 16 * 1024 * 1024
@@ -34,7 +36,7 @@ DEPTH_PRIORITY = 0
 
 # Local names of the sandbox web (*.sandbox.test) resolve to loopback; every
 # other name goes to the system resolver (.test never exists on the internet).
-DNS_RESOLVER = "sandbox.resolver.SandboxResolver"
+TWISTED_DNS_RESOLVER = "sandbox.resolver.SandboxResolver"
 
 TELNETCONSOLE_ENABLED = False
 LOG_LEVEL = "INFO"

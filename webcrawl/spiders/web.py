@@ -26,12 +26,15 @@ import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import HtmlResponse, Response
 from scrapy.linkextractors import LinkExtractor
 from scrapy.spidermiddlewares.httperror import HttpError
+from scrapy.utils.gz import gunzip
+from scrapy.utils.sitemap import Sitemap
 
 from extensions.connection import async_client
 from extensions.scheduler import LEASE_META
@@ -46,6 +49,9 @@ if TYPE_CHECKING:
     from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
+
+# Largest decompressed sitemap read (the sitemaps protocol's own limit).
+DOWNLOAD_MAXSIZE = 50 * 1024 * 1024
 
 
 def _header_dict(response: Response) -> dict[str, list[str]]:
@@ -70,6 +76,12 @@ def _robots_directives(response: Response) -> set[str]:
 
 class WebSpider(Spider):
     name = "web"
+    allowed_domains: list[str]
+    scope_seed_hosts: bool
+    poll_interval: float
+    seed_batch: int
+    max_idle: float
+    worker: str | None
 
     def __init__(
         self,
@@ -80,7 +92,9 @@ class WebSpider(Spider):
     ) -> None:
         super().__init__(*args, **kwargs)
         if isinstance(allowed_domains, str):
-            allowed_domains = [d.strip() for d in allowed_domains.split(",") if d.strip()]
+            allowed_domains = [
+                d.strip() for d in allowed_domains.split(",") if d.strip()
+            ]
         self._arg_domains = allowed_domains or []
         self._max_depth = int(max_depth) if max_depth not in (None, "") else None
 
@@ -133,7 +147,7 @@ class WebSpider(Spider):
         for seed in seeds:
             stats.inc_value("seeds/accepted")
             if self.scope_seed_hosts and not self._arg_domains:
-                host = seed.url.split("/")[2].split("@")[-1].split(":")[0].lower()
+                host = (urlsplit(seed.url).hostname or "").lower()
                 if host not in self.allowed_domains:
                     self.allowed_domains.append(host)
             requests.append(
@@ -217,18 +231,40 @@ class WebSpider(Spider):
         return fingerprinter.fingerprint(request).hex()
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        if not isinstance(response, HtmlResponse) and _looks_like_sitemap(response):
+            # Sitemap: lines of robots.txt arrive as seeds (extensions.robots).
+            yield from self._sitemap_links(response)
+            yield self._item(response)
+            return
         directives = _robots_directives(response)
         if isinstance(response, HtmlResponse) and "nofollow" not in directives:
-            extractor = LinkExtractor(
-                allow_domains=self.allowed_domains or (), unique=True
-            )
-            for link in extractor.extract_links(response):
-                if link.nofollow:
+            # Scope by host name here: LinkExtractor's allow_domains compares
+            # the netloc, port included, so "a.test" would not match a.test:8080.
+            for link in LinkExtractor(unique=True).extract_links(response):
+                if link.nofollow or not self._in_scope(link.url):
                     continue
                 # DepthMiddleware sets meta["depth"]; RefererMiddleware the
                 # Referer header.
                 yield Request(link.url, errback=self.on_error)
         yield self._item(response)
+
+    def _in_scope(self, url: str) -> bool:
+        if not self.allowed_domains:
+            return True
+        host = (urlsplit(url).hostname or "").lower()
+        return any(host == d or host.endswith("." + d) for d in self.allowed_domains)
+
+    def _sitemap_links(self, response: Response) -> Iterator[Request]:
+        body = gunzip_if_needed(response)
+        try:
+            sitemap = Sitemap(body)
+        except Exception:  # lxml's errors on hostile XML
+            self.crawler.stats.inc_value("web/sitemap_unparseable")
+            return
+        for entry in sitemap:
+            loc = entry.get("loc")
+            if loc and self._in_scope(response.urljoin(loc)):
+                yield Request(response.urljoin(loc), errback=self.on_error)
 
     def on_error(self, failure: Failure) -> Iterator[PageItem]:
         request: Request = failure.request  # type: ignore[attr-defined]
@@ -251,6 +287,24 @@ class WebSpider(Spider):
             lease=request.meta.get(LEASE_META),
             worker=self.worker,
         )
+
+
+def _looks_like_sitemap(response: Response) -> bool:
+    head = response.body[:512].lstrip()
+    return (
+        b"<urlset" in head
+        or b"<sitemapindex" in head
+        or response.url.endswith((".xml", ".xml.gz"))
+    )
+
+
+def gunzip_if_needed(response: Response) -> bytes:
+    if response.body[:2] == b"\x1f\x8b":
+        try:
+            return gunzip(response.body, max_size=DOWNLOAD_MAXSIZE)
+        except Exception:
+            return b""
+    return response.body
 
 
 def _referrer(request: Request) -> str | None:

@@ -1,0 +1,343 @@
+"""Adaptive back-off and a per-host circuit breaker, shared by the fleet.
+
+Settings read: ``BACKOFF_ENABLED``, ``BACKOFF_HTTP_CODES``, ``BACKOFF_INITIAL``,
+``BACKOFF_MAX``, ``BACKOFF_JITTER``, ``BACKOFF_QUIET_PERIOD``,
+``BREAKER_THRESHOLD``, ``BREAKER_COOLDOWN``, ``BREAKER_MAX_COOLDOWN``, and
+through :mod:`extensions.connection` ``REDIS_URL`` / ``WEBCRAWL_HOME``.
+
+The curve is StormCrawler's: the first 429/503 of a host sets its back-off to
+60 s, each further one within the back-off window doubles it (with ±10%
+jitter) up to one day, and a back-off not raised for 30 quiet minutes is
+forgiven (every reader of the record applies that rule). A ``Retry-After``
+header (seconds or an HTTP date) parks the host until that moment instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Self
+
+from scrapy.exceptions import (
+    CannotResolveHostError,
+    DownloadConnectionRefusedError,
+    DownloadFailedError,
+    DownloadTimeoutError,
+    NotConfigured,
+)
+from twisted.internet import error as twisted_error
+
+from extensions import keys
+from extensions.connection import async_client
+from extensions.hosts import host_key, script
+from webcrawl import defaults
+
+if TYPE_CHECKING:
+    import redis.asyncio as aredis
+    from scrapy.crawler import Crawler
+    from scrapy.http import Request, Response
+
+logger = logging.getLogger(__name__)
+
+# Failures that say the host (not the page) is unwell: they count towards
+# the circuit breaker. An HTTP error response never does.
+CONNECTION_FAILURES: tuple[type[BaseException], ...] = (
+    CannotResolveHostError,
+    DownloadConnectionRefusedError,
+    DownloadFailedError,
+    DownloadTimeoutError,
+    TimeoutError,
+    ConnectionError,
+    twisted_error.ConnectError,
+    twisted_error.ConnectionLost,
+    twisted_error.TimeoutError,
+    twisted_error.DNSLookupError,
+)
+
+# KEYS[1] the host record.
+# ARGV[1] initial back-off ms, ARGV[2] cap ms, ARGV[3] quiet period ms,
+# ARGV[4] jitter factor (1 +- BACKOFF_JITTER), ARGV[5] Retry-After ms (-1: none).
+# With a Retry-After: park = max(park, now + ARGV[5]). Without: the back-off
+# starts at ARGV[1] (or after a quiet period), doubles when raised again once
+# the current window has passed (a burst of 429s from requests sent before the
+# raise counts once), is capped at ARGV[2]; park = max(park, now + back-off).
+# Returns {back-off ms now in force, park deadline ms, 1 if raised else 0}.
+RAISE_SCRIPT = """
+redis.replicate_commands()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local r = redis.call('HMGET', KEYS[1], 'backoff', 'backoff_at', 'park')
+local cur = tonumber(r[1]) or 0
+local at = tonumber(r[2]) or 0
+local park = tonumber(r[3]) or 0
+if now - at >= tonumber(ARGV[3]) then
+  cur = 0
+end
+local raised = 0
+local retry_after = tonumber(ARGV[5])
+local until_ms
+if retry_after >= 0 then
+  until_ms = now + retry_after
+else
+  if cur > 0 and now - at < cur then
+    return {cur, park, 0}
+  end
+  local new = tonumber(ARGV[1])
+  if cur > 0 then
+    new = cur * 2
+  end
+  new = math.floor(math.min(tonumber(ARGV[2]), new * tonumber(ARGV[4])))
+  redis.call('HSET', KEYS[1], 'backoff', new, 'backoff_at', now)
+  cur = new
+  raised = 1
+  until_ms = now + new
+end
+if until_ms > park then
+  park = until_ms
+  redis.call('HSET', KEYS[1], 'park', park)
+end
+return {cur, park, raised}
+"""
+
+# KEYS[1] the host record.
+# ARGV[1] threshold (failures), ARGV[2] cool-down ms, ARGV[3] max cool-down ms.
+# Counts a connection failure (``fails``). When the count reaches the
+# threshold and the breaker is not already open (park in the future), opens
+# it: park = now + cool-down * 2^(times opened in a row), capped; ``breaker``
+# counts the openings. Returns {fails, park ms if opened by this call else 0}.
+FAIL_SCRIPT = """
+redis.replicate_commands()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local fails = redis.call('HINCRBY', KEYS[1], 'fails', 1)
+if fails < tonumber(ARGV[1]) then
+  return {fails, 0}
+end
+local park = tonumber(redis.call('HGET', KEYS[1], 'park') or '0') or 0
+if park > now then
+  return {fails, 0}
+end
+local opened = redis.call('HINCRBY', KEYS[1], 'breaker', 1)
+local cool = tonumber(ARGV[2]) * 2 ^ math.min(opened - 1, 30)
+cool = math.floor(math.min(cool, tonumber(ARGV[3])))
+redis.call('HSET', KEYS[1], 'park', now + cool)
+return {fails, now + cool}
+"""
+
+# KEYS[1] the host record. No ARGV.
+# Closes the breaker after a response: clears ``fails`` and ``breaker``.
+# Returns the number of openings it had (0: it was closed).
+SUCCESS_SCRIPT = """
+local opened = tonumber(redis.call('HGET', KEYS[1], 'breaker') or '0') or 0
+redis.call('HDEL', KEYS[1], 'fails', 'breaker')
+return opened
+"""
+
+
+def parse_retry_after(
+    value: bytes | str | None, now: float | None = None
+) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delay-seconds or an
+    HTTP date; None when absent or unparseable; never negative.
+
+    >>> parse_retry_after(b"120")
+    120.0
+    >>> parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0)
+    10.0
+    >>> parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412490.0)
+    0.0
+    >>> parse_retry_after(b"soon") is None, parse_retry_after(None) is None
+    (True, True)
+    >>> parse_retry_after("-5")
+    0.0
+    """
+    if value is None:
+        return None
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return max(0.0, float(int(text)))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    now = time.time() if now is None else now
+    return max(0.0, when.timestamp() - now)
+
+
+class Backoff:
+    """The record updates of back-off and breaker, for one crawl prefix."""
+
+    def __init__(self, client: aredis.Redis, prefix: str) -> None:
+        self.client = client
+        self.frontier = keys.FrontierKeys(prefix)
+
+    async def raise_backoff(
+        self,
+        hostkey: str,
+        *,
+        initial_ms: int,
+        max_ms: int,
+        quiet_ms: int,
+        jitter: float,
+        retry_after_ms: int | None,
+    ) -> tuple[int, int, bool]:
+        """Run the raise script: ``(back-off ms, park deadline ms, raised)``."""
+        factor = 1.0 + random.uniform(-jitter, jitter)
+        res = await script(self.client, RAISE_SCRIPT)(
+            keys=[self.frontier.host(hostkey)],
+            args=[
+                initial_ms,
+                max_ms,
+                quiet_ms,
+                repr(factor),
+                -1 if retry_after_ms is None else retry_after_ms,
+            ],
+        )
+        return int(res[0]), int(res[1]), bool(res[2])
+
+    async def fail(
+        self, hostkey: str, *, threshold: int, cooldown_ms: int, max_cooldown_ms: int
+    ) -> tuple[int, int]:
+        """Count a connection failure: ``(fails, park ms if it opened else 0)``."""
+        res = await script(self.client, FAIL_SCRIPT)(
+            keys=[self.frontier.host(hostkey)],
+            args=[threshold, cooldown_ms, max_cooldown_ms],
+        )
+        return int(res[0]), int(res[1])
+
+    async def succeed(self, hostkey: str) -> int:
+        """Close the breaker; return how often it had opened in a row."""
+        res = await script(self.client, SUCCESS_SCRIPT)(
+            keys=[self.frontier.host(hostkey)], args=[]
+        )
+        return int(res)
+
+
+class BackoffMiddleware:
+    """Downloader middleware: raise a host's back-off on 429/503 responses and
+    open its circuit breaker after repeated connection failures.
+
+    Order: right after ``RetryMiddleware`` (560 > 550), so this
+    ``process_response`` sees the 429/503 before the retry turns it into a new
+    request; the retry then waits in the frontier while the host is parked.
+
+    Everything lives in the host record (``web:{web}:h:<host>``): ``backoff``,
+    ``backoff_at`` and ``park`` on a 429/503; ``fails``, ``breaker`` and
+    ``park`` for the breaker. The frontier keeps a parked host's queue (it is
+    never dropped) and hands it out again when the park ends: that first
+    request is the breaker's probe; a success closes the breaker, a failure
+    reopens it for twice as long (up to ``BREAKER_MAX_COOLDOWN``). A success is
+    written only when the lock middleware saw failures on the record (its
+    ``politeness_lock`` meta), so healthy hosts cost no extra round trip.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        s = crawler.settings
+        if not s.getbool("BACKOFF_ENABLED", defaults.BACKOFF_ENABLED):
+            raise NotConfigured("BACKOFF_ENABLED is False")
+        self.crawler = crawler
+        self.http_codes = {
+            int(c) for c in s.getlist("BACKOFF_HTTP_CODES", defaults.BACKOFF_HTTP_CODES)
+        }
+        self.initial_ms = round(
+            s.getfloat("BACKOFF_INITIAL", defaults.BACKOFF_INITIAL) * 1000
+        )
+        self.max_ms = round(s.getfloat("BACKOFF_MAX", defaults.BACKOFF_MAX) * 1000)
+        self.jitter = s.getfloat("BACKOFF_JITTER", defaults.BACKOFF_JITTER)
+        self.quiet_ms = round(
+            s.getfloat("BACKOFF_QUIET_PERIOD", defaults.BACKOFF_QUIET_PERIOD) * 1000
+        )
+        self.threshold = s.getint("BREAKER_THRESHOLD", defaults.BREAKER_THRESHOLD)
+        self.cooldown_ms = round(
+            s.getfloat("BREAKER_COOLDOWN", defaults.BREAKER_COOLDOWN) * 1000
+        )
+        self.max_cooldown_ms = round(
+            s.getfloat("BREAKER_MAX_COOLDOWN", defaults.BREAKER_MAX_COOLDOWN) * 1000
+        )
+        if self.initial_ms <= 0 or self.max_ms < self.initial_ms or self.threshold < 1:
+            raise NotConfigured(
+                "BACKOFF_INITIAL must be > 0 and <= BACKOFF_MAX, BREAKER_THRESHOLD >= 1"
+            )
+        self._backoff: Backoff | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    @property
+    def backoff(self) -> Backoff:
+        if self._backoff is None:
+            spider = self.crawler.spider
+            prefix = spider.name if spider is not None else "web"
+            self._backoff = Backoff(async_client(self.crawler), prefix)
+        return self._backoff
+
+    async def process_response(self, request: Request, response: Response) -> Response:
+        stats = self.crawler.stats
+        assert stats is not None
+        lock = request.meta.get("politeness_lock") or {}
+        hostkey = host_key(request)
+        if lock.get("fails"):
+            opened = await self.backoff.succeed(hostkey)
+            if opened:
+                stats.inc_value("backoff/breaker_closed")
+                logger.info("Circuit breaker of %s closed: it answers again", hostkey)
+        if response.status not in self.http_codes:
+            return response
+        retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
+        retry_after_ms = None
+        if retry_after is not None:
+            retry_after_ms = min(round(retry_after * 1000), self.max_ms)
+            stats.inc_value("backoff/retry_after")
+        backoff_ms, _park, raised = await self.backoff.raise_backoff(
+            hostkey,
+            initial_ms=self.initial_ms,
+            max_ms=self.max_ms,
+            quiet_ms=self.quiet_ms,
+            jitter=self.jitter,
+            retry_after_ms=retry_after_ms,
+        )
+        stats.inc_value(f"backoff/response_status_count/{response.status}")
+        if raised:
+            stats.inc_value("backoff/raised")
+            stats.max_value("backoff/max_ms", backoff_ms)
+            logger.info(
+                "%s answered %s: back-off raised to %.1f s", hostkey, response.status,
+                backoff_ms / 1000,
+            )  # fmt: skip
+        elif retry_after_ms is not None:
+            logger.info(
+                "%s answered %s with Retry-After: parked for %.1f s",
+                hostkey, response.status, retry_after_ms / 1000,
+            )  # fmt: skip
+        return response
+
+    async def process_exception(self, request: Request, exception: Exception) -> None:
+        if not isinstance(exception, CONNECTION_FAILURES):
+            return
+        stats = self.crawler.stats
+        assert stats is not None
+        hostkey = host_key(request)
+        stats.inc_value("backoff/connection_failures")
+        fails, park = await self.backoff.fail(
+            hostkey,
+            threshold=self.threshold,
+            cooldown_ms=self.cooldown_ms,
+            max_cooldown_ms=self.max_cooldown_ms,
+        )
+        if park:
+            stats.inc_value("backoff/breaker_opened")
+            logger.warning(
+                "Circuit breaker of %s opened after %d connection failures "
+                "(last: %s): its queue is parked",
+                hostkey, fails, type(exception).__name__,
+            )  # fmt: skip

@@ -1,0 +1,421 @@
+"""A robots.txt cache shared by the whole fleet (RFC 9309).
+
+Settings read: ``ROBOTS_ENABLED``, ``ROBOTSTXT_OBEY`` (must be False when this
+middleware is on: it replaces Scrapy's), ``ROBOTSTXT_PARSER``,
+``ROBOTSTXT_USER_AGENT``, ``USER_AGENT``, ``DOWNLOAD_DELAY``, ``ROBOTS_TTL``,
+``ROBOTS_MAX_SIZE``, ``ROBOTS_MAX_REDIRECTS``, ``ROBOTS_FETCH_TIMEOUT``,
+``ROBOTS_RETRY_INITIAL``, ``ROBOTS_RETRY_MAX``, ``ROBOTS_CRAWL_DELAY_MAX``,
+``ROBOTS_SITEMAP_SEEDS``, ``POLITENESS_MAX_DEFERRALS``, and through
+:mod:`extensions.connection` ``REDIS_URL`` / ``WEBCRAWL_HOME``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self
+
+from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.http import Request
+from scrapy.http.request import NO_CALLBACK
+from scrapy.utils.misc import build_from_crawler, load_object
+
+from extensions import keys
+from extensions.connection import async_client
+from extensions.hosts import deferred_copy, host_key, park_host, script, write_delay
+from extensions.politeness import RELEASE_SCRIPT, HostParked
+from webcrawl import defaults
+
+if TYPE_CHECKING:
+    import redis.asyncio as aredis
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.robotstxt import RobotParser
+
+logger = logging.getLogger(__name__)
+
+# Status stored for a robots.txt that could not be fetched at all (timeout,
+# connection refused, DNS): treated like a 5xx.
+UNREACHABLE = 0
+
+# KEYS[1] the robots cache HASH.
+# ARGV[1] status, ARGV[2] body, ARGV[3] TTL ms of a usable answer, ARGV[4] 1
+# if this is a failure (5xx/429/unreachable) else 0, ARGV[5] first retry ms,
+# ARGV[6] longest retry ms.
+# Stores status, body, fetched_at and expires (epoch ms, Redis clock) and the
+# consecutive failures in ``failures``; a failure expires after ARGV[5]
+# doubled per failure in a row, capped by ARGV[6]. Returns {failures, TTL ms}.
+STORE_SCRIPT = """
+redis.replicate_commands()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local failures = 0
+local ttl = tonumber(ARGV[3])
+if ARGV[4] == '1' then
+  failures = (tonumber(redis.call('HGET', KEYS[1], 'failures') or '0') or 0) + 1
+  ttl = math.floor(math.min(tonumber(ARGV[6]),
+    tonumber(ARGV[5]) * 2 ^ math.min(failures - 1, 30)))
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'body', ARGV[2],
+  'fetched_at', now, 'expires', now + ttl, 'failures', failures)
+-- Outlive the entry so the next failure still finds its count.
+redis.call('PEXPIRE', KEYS[1], math.max(ttl, tonumber(ARGV[6])) * 2)
+return {failures, ttl}
+"""
+
+
+def classify(status: int) -> str:
+    """RFC 9309's status classes: ``parse``, ``allow`` (unavailable) or
+    ``disallow`` (unreachable: retry later).
+
+    >>> [classify(s) for s in (200, 206, 301, 404, 410)]
+    ['parse', 'parse', 'allow', 'allow', 'allow']
+    >>> [classify(s) for s in (429, 500, 503, UNREACHABLE)]
+    ['disallow', 'disallow', 'disallow', 'disallow']
+    """
+    if 200 <= status < 300:
+        return "parse"
+    # RFC 9309 2.3.1.4: 429 is in practice a server error (Google does so).
+    if status == 429 or status >= 500 or status == UNREACHABLE:
+        return "disallow"
+    return "allow"
+
+
+@dataclass(slots=True)
+class RobotsEntry:
+    """A parsed robots.txt of one host, valid until ``expires`` (monotonic)."""
+
+    status: int
+    parser: RobotParser | None
+    expires: float
+    retry_in: float = 0.0  # seconds until an unreachable robots.txt is retried
+
+    @property
+    def verdict(self) -> str:
+        return classify(self.status)
+
+
+def robots_delay(parser: Any, user_agent: str) -> float:
+    """Seconds between fetches a robots.txt asks of ``user_agent``: its
+    ``Crawl-delay`` or ``Request-rate`` (the larger), 0 when none.
+
+    >>> from protego import Protego
+    >>> rp = Protego.parse("User-agent: *\\nCrawl-delay: 2\\nRequest-rate: 1/5s")
+    >>> robots_delay(rp, "webcrawl")
+    5.0
+    >>> robots_delay(Protego.parse("User-agent: *\\nDisallow:"), "webcrawl")
+    0.0
+    """
+    delay = float(parser.crawl_delay(user_agent) or 0.0)
+    rate = parser.request_rate(user_agent)
+    if rate is not None and rate.requests:
+        delay = max(delay, rate.seconds / rate.requests)
+    return delay
+
+
+class SharedRobotsTxtMiddleware:
+    """Downloader middleware: obey robots.txt with one fetch per host per TTL
+    for the whole fleet.
+
+    Order: first (100, where Scrapy's ``RobotsTxtMiddleware`` sits, which must
+    be off), before the lock middleware: the robots.txt request itself takes
+    the host's lock like any other.
+
+    Keys: ``web:robots:<host>`` (HASH: ``status``, raw ``body``,
+    ``fetched_at``, ``expires``, ``failures``) and ``web:robots:fetch:<host>``
+    (a token lock, ``SET NX PX``, so one worker fetches while the others poll
+    the cache). Each worker keeps parsed entries in memory until the entry's
+    expiry; a parser object never goes to Redis.
+
+    Per RFC 9309: 2xx is parsed (the first ``ROBOTS_MAX_SIZE`` bytes);
+    redirects are followed up to ``ROBOTS_MAX_REDIRECTS`` (by Scrapy's
+    ``RedirectMiddleware``), more count as unavailable; 4xx allows all; 5xx,
+    429, timeouts and unreachable hosts disallow all for now: the host is
+    parked until the retry (doubling from ``ROBOTS_RETRY_INITIAL`` to
+    ``ROBOTS_RETRY_MAX``) and its requests go back to the frontier, not away.
+    A disallowed URL is dropped (``robotstxt/forbidden``), never fetched.
+
+    The fetching worker writes the host's ``delay`` (max of
+    ``DOWNLOAD_DELAY`` and the ``Crawl-delay``/``Request-rate``, capped by
+    ``ROBOTS_CRAWL_DELAY_MAX``) to the host record and pushes the
+    ``Sitemap:`` URLs onto the seed list.
+    """
+
+    DOWNLOAD_PRIORITY = 1000
+
+    def __init__(self, crawler: Crawler) -> None:
+        s = crawler.settings
+        if not s.getbool("ROBOTS_ENABLED", defaults.ROBOTS_ENABLED):
+            raise NotConfigured("ROBOTS_ENABLED is False")
+        if s.getbool("ROBOTSTXT_OBEY"):
+            raise NotConfigured(
+                "ROBOTSTXT_OBEY is True: set it to False, the shared robots.txt "
+                "middleware replaces Scrapy's (or set ROBOTS_ENABLED=False)"
+            )
+        self.crawler = crawler
+        self.user_agent = str(
+            s.get("ROBOTSTXT_USER_AGENT")
+            or s.get("USER_AGENT")
+            or defaults.WEBCRAWL_USER_AGENT
+        )
+        self.ttl = s.getfloat("ROBOTS_TTL", defaults.ROBOTS_TTL)
+        self.max_size = s.getint("ROBOTS_MAX_SIZE", defaults.ROBOTS_MAX_SIZE)
+        self.max_redirects = s.getint(
+            "ROBOTS_MAX_REDIRECTS", defaults.ROBOTS_MAX_REDIRECTS
+        )
+        self.fetch_timeout = s.getfloat(
+            "ROBOTS_FETCH_TIMEOUT", defaults.ROBOTS_FETCH_TIMEOUT
+        )
+        self.retry_initial = s.getfloat(
+            "ROBOTS_RETRY_INITIAL", defaults.ROBOTS_RETRY_INITIAL
+        )
+        self.retry_max = s.getfloat("ROBOTS_RETRY_MAX", defaults.ROBOTS_RETRY_MAX)
+        self.delay_max = s.getfloat(
+            "ROBOTS_CRAWL_DELAY_MAX", defaults.ROBOTS_CRAWL_DELAY_MAX
+        )
+        self.sitemap_seeds = s.getbool(
+            "ROBOTS_SITEMAP_SEEDS", defaults.ROBOTS_SITEMAP_SEEDS
+        )
+        self.max_deferrals = s.getint(
+            "POLITENESS_MAX_DEFERRALS", defaults.POLITENESS_MAX_DEFERRALS
+        )
+        self.download_delay = s.getfloat("DOWNLOAD_DELAY")
+        self._parserimpl = load_object(s.get("ROBOTSTXT_PARSER"))
+        self._entries: dict[str, RobotsEntry] = {}
+        self._pending: dict[str, asyncio.Future[RobotsEntry]] = {}
+        self._capped_logged: set[str] = set()
+        self._client: aredis.Redis | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    @property
+    def prefix(self) -> str:
+        spider = self.crawler.spider
+        return spider.name if spider is not None else "web"
+
+    @property
+    def client(self) -> aredis.Redis:
+        if self._client is None:
+            self._client = async_client(self.crawler)
+        return self._client
+
+    async def process_request(self, request: Request) -> Request | None:
+        if request.meta.get("dont_obey_robotstxt") or not request.url.startswith(
+            ("http://", "https://")
+        ):
+            return None
+        stats = self.crawler.stats
+        assert stats is not None
+        entry = await self.entry(host_key(request))
+        verdict = entry.verdict
+        if verdict == "allow" or (entry.parser is None and verdict == "parse"):
+            return None
+        if verdict == "disallow":
+            deferrals = int(request.meta.get("politeness_deferrals", 0))
+            if deferrals < self.max_deferrals:
+                stats.inc_value("robotstxt/deferred")
+                return deferred_copy(request, "robots")
+            stats.inc_value("robotstxt/unreachable_dropped")
+            raise IgnoreRequest("robots.txt unreachable")
+        assert entry.parser is not None
+        if not entry.parser.allowed(request.url, self.user_agent):
+            stats.inc_value("robotstxt/forbidden")
+            logger.debug("Forbidden by robots.txt: %s", request)
+            raise IgnoreRequest("Forbidden by robots.txt")
+        return None
+
+    # -- the entry of a host ------------------------------------------------
+
+    async def entry(self, hostkey: str) -> RobotsEntry:
+        """The host's robots.txt, from memory, Redis or one fetch."""
+        found = self._entries.get(hostkey)
+        if found is not None and found.expires > time.monotonic():
+            return found
+        pending = self._pending.get(hostkey)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[RobotsEntry] = asyncio.get_running_loop().create_future()
+        self._pending[hostkey] = future
+        try:
+            entry = await self._load(hostkey)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning
+            raise
+        finally:
+            del self._pending[hostkey]
+        future.set_result(entry)
+        self._entries[hostkey] = entry
+        return entry
+
+    async def _cached(self, hostkey: str) -> RobotsEntry | None:
+        raw = await self.client.hgetall(keys.robots(self.prefix, hostkey))
+        if not raw or b"status" not in raw:
+            return None
+        now_ms = await self._now_ms()
+        expires_ms = int(raw.get(b"expires", b"0"))
+        body = raw.get(b"body", b"")
+        body = body.encode() if isinstance(body, str) else bytes(body)
+        if expires_ms <= now_ms:
+            return None
+        return self._entry(
+            int(raw[b"status"]),
+            body,
+            (expires_ms - now_ms) / 1000,
+        )
+
+    async def _now_ms(self) -> int:
+        sec, usec = await self.client.time()
+        return int(sec) * 1000 + int(usec) // 1000
+
+    def _entry(self, status: int, body: bytes, ttl: float) -> RobotsEntry:
+        parser = None
+        if classify(status) == "parse":
+            parser = build_from_crawler(
+                self._parserimpl, self.crawler, body[: self.max_size]
+            )
+        return RobotsEntry(status, parser, time.monotonic() + ttl, ttl)
+
+    async def _load(self, hostkey: str) -> RobotsEntry:
+        stats = self.crawler.stats
+        assert stats is not None
+        lock_key = keys.robots_fetch_lock(self.prefix, hostkey)
+        # The lock outlives one fetch with its redirects and a retry.
+        lock_ms = round(self.fetch_timeout * 1000 * (self.max_redirects + 2))
+        poll = 0.05
+        while True:
+            cached = await self._cached(hostkey)
+            if cached is not None:
+                stats.inc_value("robotstxt/cache_hit")
+                return cached
+            token = secrets.token_hex(16)
+            if await self.client.set(lock_key, token, nx=True, px=lock_ms):
+                try:
+                    # Check again under the lock: another worker may have
+                    # stored the file between our cache miss and our SET NX.
+                    cached = await self._cached(hostkey)
+                    if cached is not None:
+                        stats.inc_value("robotstxt/cache_hit")
+                        return cached
+                    return await self._fetch(hostkey)
+                finally:
+                    await script(self.client, RELEASE_SCRIPT)(
+                        keys=[lock_key], args=[token]
+                    )
+            # Another worker is fetching: poll the cache, gently.
+            stats.inc_value("robotstxt/fetch_waits")
+            await asyncio.sleep(poll)
+            poll = min(poll * 2, 1.0)
+
+    async def _fetch(self, hostkey: str) -> RobotsEntry:
+        stats = self.crawler.stats
+        engine = self.crawler.engine
+        assert stats is not None and engine is not None
+        request = Request(
+            f"{hostkey}/robots.txt",
+            priority=self.DOWNLOAD_PRIORITY,
+            dont_filter=True,
+            callback=NO_CALLBACK,
+            meta={
+                "dont_obey_robotstxt": True,
+                "redirect_ttl": self.max_redirects,
+                "download_timeout": self.fetch_timeout,
+                # Parse the first ROBOTS_MAX_SIZE bytes of a larger file, but
+                # do not download a huge one: beyond this it is unreachable.
+                "download_maxsize": self.max_size * 8,
+                "download_warnsize": 0,
+                "dont_retry": True,
+                # A parked host fails this fetch (HostParked), never defers it.
+                "dont_defer": True,
+            },
+        )
+        stats.inc_value("robotstxt/request_count")
+        try:
+            response: Response = await engine.download_async(request)
+            status, body = response.status, response.body
+        except HostParked as exc:
+            logger.debug("robots.txt of %s not fetched: %s", hostkey, exc)
+            status, body = UNREACHABLE, b""
+        except IgnoreRequest as exc:
+            # Too many redirects (or a redirect we may not follow): RFC 9309
+            # lets us treat the file as unavailable.
+            logger.debug("robots.txt of %s ignored: %s", hostkey, exc)
+            status, body = 404, b""
+        except Exception as exc:
+            logger.info("robots.txt of %s unreachable: %s", hostkey, exc)
+            stats.inc_value(f"robotstxt/exception_count/{type(exc).__name__}")
+            status, body = UNREACHABLE, b""
+        if 300 <= status < 400:
+            status, body = 404, b""  # a redirect not followed: unavailable
+        stats.inc_value(f"robotstxt/response_status_count/{status}")
+        body = body[: self.max_size]
+        failure = classify(status) == "disallow"
+        if failure:
+            stats.inc_value("robotstxt/failures")
+        failures, ttl_ms = await script(self.client, STORE_SCRIPT)(
+            keys=[keys.robots(self.prefix, hostkey)],
+            args=[
+                status,
+                body,
+                round(self.ttl * 1000),
+                int(failure),
+                round(self.retry_initial * 1000),
+                round(self.retry_max * 1000),
+            ],
+        )
+        ttl = int(ttl_ms) / 1000
+        if failure:
+            logger.info(
+                "robots.txt of %s failed (status %s, %d in a row): host parked, "
+                "retry in %.0f s",
+                hostkey, status or "unreachable", int(failures), ttl,
+            )  # fmt: skip
+            await park_host(
+                self.client, keys.FrontierKeys(self.prefix).host(hostkey), int(ttl_ms)
+            )
+        entry = self._entry(status, body, ttl)
+        if entry.parser is not None:
+            await self._learn(hostkey, entry.parser)
+        return entry
+
+    async def _learn(self, hostkey: str, parser: RobotParser) -> None:
+        """Write the host's delay and hand its sitemaps to the frontier."""
+        rp = getattr(parser, "rp", None)
+        if rp is None or not hasattr(rp, "request_rate"):
+            wanted = float(parser.crawl_delay(self.user_agent) or 0.0)
+        else:
+            wanted = robots_delay(rp, self.user_agent)
+        delay = wanted
+        if delay > self.delay_max:
+            if hostkey not in self._capped_logged:
+                self._capped_logged.add(hostkey)
+                logger.info(
+                    "robots.txt of %s asks for a %.1f s delay: capped to %.1f s "
+                    "(ROBOTS_CRAWL_DELAY_MAX)",
+                    hostkey, delay, self.delay_max,
+                )  # fmt: skip
+            stats = self.crawler.stats
+            assert stats is not None
+            stats.inc_value("robotstxt/crawl_delay_capped")
+            delay = self.delay_max
+        record = keys.FrontierKeys(self.prefix).host(hostkey)
+        if delay > 0:
+            spacing = round(max(delay, self.download_delay) * 1000)
+            await write_delay(self.client, record, spacing)
+            # The robots.txt fetch itself was a request to the host, spaced by
+            # the delay known before it: the next one must wait the new delay.
+            await park_host(self.client, record, spacing)
+        else:
+            await write_delay(self.client, record, None)
+        if self.sitemap_seeds and rp is not None:
+            sitemaps = list(getattr(rp, "sitemaps", ()))
+            if sitemaps:
+                await self.client.lpush(keys.start_urls(self.prefix), *sitemaps)
+                stats = self.crawler.stats
+                assert stats is not None
+                stats.inc_value("robotstxt/sitemaps", len(sitemaps))

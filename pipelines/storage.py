@@ -1,0 +1,212 @@
+"""The batching storage pipeline: ``pipelines.storage.StoragePipeline``.
+
+Per :class:`~webcrawl.items.PageItem`: extraction, fingerprints and zlib
+compression in a thread (:func:`~pipelines.batching.prepare_page`), then the
+fleet's duplicate index in Redis (:class:`~pipelines.dedup.DuplicateIndex`,
+asyncio client), then the bounded :class:`~pipelines.batching.PageBatcher`,
+which writes batches on its own thread. Once a batch is durable, on the
+reactor thread, :data:`webcrawl.signals.items_stored` is sent with its items
+(all of them: stored, duplicates, and those recorded as permanent per-page
+errors); never before. While the buffer is full or the store fails, the
+engine is paused and ``process_item`` waits for room: pages are never
+dropped. Other items pass through untouched.
+
+Settings read: ``PIPELINE_BATCH_SIZE``, ``PIPELINE_FLUSH_INTERVAL``,
+``PIPELINE_MAX_BUFFER``, ``PIPELINE_ZLIB_LEVEL``, ``PIPELINE_RETRY_INITIAL``,
+``PIPELINE_RETRY_MAX``, ``PIPELINE_CLOSE_TIMEOUT``, ``NEARDUP_ENABLED``,
+``NEARDUP_MAX_DISTANCE``, ``NEARDUP_MIN_WORDS``, ``NEARDUP_MAX_CANDIDATES``,
+and the store's (``PAGE_STORE``, ``MONGO_URI``, ``MONGO_DATABASE``,
+``MONGO_TIMEOUT_MS``, ``SQLITE_PATH``, ``WEBCRAWL_HOME``, see
+:mod:`pipelines.stores`); ``REDIS_URL`` through :mod:`extensions.connection`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import NotConfigured
+
+from pipelines.batching import PageBatcher, PreparedPage, prepare_page
+from pipelines.dedup import EXACT, DuplicateIndex
+from pipelines.stores import store_from_settings
+from webcrawl import defaults, signals
+from webcrawl.items import PageItem
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+    from pipelines.stores.base import BatchResult
+
+logger = logging.getLogger(__name__)
+
+
+class StoragePipeline:
+    """Processes pages and stores them in batches (module docstring)."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        s = crawler.settings
+        self.batch_size = s.getint("PIPELINE_BATCH_SIZE", defaults.PIPELINE_BATCH_SIZE)
+        self.flush_interval = s.getfloat(
+            "PIPELINE_FLUSH_INTERVAL", defaults.PIPELINE_FLUSH_INTERVAL
+        )
+        self.max_buffer = s.getint("PIPELINE_MAX_BUFFER", defaults.PIPELINE_MAX_BUFFER)
+        self.zlib_level = s.getint("PIPELINE_ZLIB_LEVEL", defaults.PIPELINE_ZLIB_LEVEL)
+        self.retry_initial = s.getfloat(
+            "PIPELINE_RETRY_INITIAL", defaults.PIPELINE_RETRY_INITIAL
+        )
+        self.retry_max = s.getfloat("PIPELINE_RETRY_MAX", defaults.PIPELINE_RETRY_MAX)
+        self.close_timeout = s.getfloat(
+            "PIPELINE_CLOSE_TIMEOUT", defaults.PIPELINE_CLOSE_TIMEOUT
+        )
+        self.neardup = s.getbool("NEARDUP_ENABLED", defaults.NEARDUP_ENABLED)
+        self.max_distance = s.getint(
+            "NEARDUP_MAX_DISTANCE", defaults.NEARDUP_MAX_DISTANCE
+        )
+        self.min_words = s.getint("NEARDUP_MIN_WORDS", defaults.NEARDUP_MIN_WORDS)
+        self.max_candidates = s.getint(
+            "NEARDUP_MAX_CANDIDATES", defaults.NEARDUP_MAX_CANDIDATES
+        )
+        if self.batch_size < 1:
+            raise NotConfigured("PIPELINE_BATCH_SIZE must be at least 1")
+        if not 0 <= self.zlib_level <= 9:
+            raise NotConfigured("PIPELINE_ZLIB_LEVEL must be 0-9")
+        self.store = store_from_settings(s)
+        self.batcher: PageBatcher | None = None
+        self.dedup: DuplicateIndex | None = None
+        self._paused_engine = False
+        self._dedup_failed = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> StoragePipeline:
+        return cls(crawler)
+
+    async def open_spider(self) -> None:
+        if self.neardup:
+            from extensions.connection import async_client
+
+            spider = self.crawler.spider
+            prefix = spider.name if spider is not None else "web"
+            self.dedup = DuplicateIndex(
+                async_client(self.crawler),
+                prefix,
+                self.max_distance,
+                self.max_candidates,
+            )
+        self.batcher = PageBatcher(
+            self.store,
+            batch_size=self.batch_size,
+            flush_interval=self.flush_interval,
+            max_buffer=self.max_buffer,
+            retry_initial=self.retry_initial,
+            retry_max=self.retry_max,
+            close_timeout=self.close_timeout,
+            on_stored=self._stored,
+            on_pressure=self._pressure,
+            on_retry=self._retry,
+        )
+        await self.batcher.open()
+        logger.info("Storing pages in %r, batches of %d", self.store, self.batch_size)
+
+    async def process_item(self, item: Any) -> Any:
+        if not isinstance(item, PageItem):
+            return item
+        assert self.batcher is not None
+        page = await asyncio.to_thread(
+            prepare_page, item, self.zlib_level, self.min_words
+        )
+        await self._check_duplicate(page)
+        self._count_page(page)
+        await self.batcher.put(page)
+        return item
+
+    async def close_spider(self) -> None:
+        if self.batcher is None:
+            return
+        unstored = await self.batcher.close()
+        if self._paused_engine:
+            self._pressure(False)
+        if unstored:
+            self._inc("storage/unstored", len(unstored))
+            logger.error(
+                "%d pages could not be written to %r before close; their "
+                "leases are not acknowledged, so the frontier will hand them "
+                "out again",
+                len(unstored),
+                self.store,
+            )
+
+    async def _check_duplicate(self, page: PreparedPage) -> None:
+        if self.dedup is None or page.metadata["noindex"]:
+            return
+        if page.content_hash is None and page.simhash is None:
+            return
+        try:
+            dup = await self.dedup.check(page.page_id, page.content_hash, page.simhash)
+        except Exception as e:  # Redis down: store the page unchecked
+            self._inc("storage/dedup_errors")
+            if not self._dedup_failed:
+                self._dedup_failed = True
+                logger.warning("Duplicate check failed, storing pages unchecked: %s", e)
+            return
+        if dup is not None:
+            page.mark_duplicate(dup)
+            self._inc(f"storage/duplicates/{'exact' if dup.kind == EXACT else 'near'}")
+
+    def _count_page(self, page: PreparedPage) -> None:
+        meta = page.metadata
+        self._inc("storage/pages")
+        if meta["error"] or not meta["size"]:
+            self._inc("storage/pages/failed")
+        if meta["noindex"]:
+            self._inc("storage/pages/noindex")
+        if page.content is not None:
+            self._inc("storage/bytes/raw", page.content["original_size"])
+            self._inc("storage/bytes/compressed", page.content["compressed_size"])
+
+    def _stored(self, pages: list[PreparedPage], result: BatchResult) -> None:
+        """The batch is durable: tell the frontier (reactor thread)."""
+        self._inc("storage/batches")
+        self._inc("storage/written", result.written)
+        for err in result.errors:
+            self._inc(f"storage/errors/{err.collection}")
+            logger.error(
+                "Page %s not stored in %s (permanent error %s): %s",
+                err.page_id,
+                err.collection,
+                err.code,
+                err.message,
+            )
+        stats = self.crawler.stats
+        if stats is not None:
+            raw = stats.get_value("storage/bytes/raw", 0)
+            packed = stats.get_value("storage/bytes/compressed", 0)
+            if packed:
+                stats.set_value("storage/compression_ratio", round(raw / packed, 3))
+        self.crawler.signals.send_catch_log(
+            signal=signals.items_stored, items=[p.item for p in pages]
+        )
+
+    def _pressure(self, on: bool) -> None:
+        engine = self.crawler.engine
+        if on:
+            self._inc("storage/backpressure")
+            logger.info("Page store busy or failing: pausing the engine")
+            if engine is not None and not engine.paused:
+                engine.pause()
+                self._paused_engine = True
+        elif self._paused_engine:
+            logger.info("Page store caught up: resuming the engine")
+            self._paused_engine = False
+            if engine is not None:
+                engine.unpause()
+
+    def _retry(self, error: BaseException, attempt: int) -> None:
+        # Runs in the writer thread: stats collectors are plain dicts.
+        self._inc("storage/retries")
+
+    def _inc(self, key: str, count: int = 1) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key, count)

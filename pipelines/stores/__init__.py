@@ -1,0 +1,61 @@
+"""Page stores: :class:`~pipelines.stores.base.PageStore` implementations.
+
+Settings read: ``PAGE_STORE`` (dotted path of a store class with a
+``from_settings(settings)`` class method; empty: chosen by ``MONGO_URI``),
+``MONGO_URI`` (set: :class:`~pipelines.stores.mongo.MongoStore`; empty:
+:class:`~pipelines.stores.sqlite.SQLiteStore` at
+``WEBCRAWL_HOME/pages.sqlite3``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, cast
+
+from scrapy.utils.misc import load_object
+
+from pipelines.stores.base import (
+    BatchResult,
+    DocumentError,
+    PageStore,
+    PermanentStoreError,
+    StoredPage,
+    TransientStoreError,
+)
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+__all__ = [
+    "BatchResult",
+    "DocumentError",
+    "PageStore",
+    "PermanentStoreError",
+    "StoredPage",
+    "TransientStoreError",
+    "store_class_path",
+    "store_from_settings",
+]
+
+
+def store_class_path(settings: BaseSettings) -> str:
+    """The dotted path of the store class the settings select."""
+    path = settings.get("PAGE_STORE") or ""
+    if path:
+        return str(path)
+    if settings.get("MONGO_URI") or os.environ.get("MONGO_URI"):
+        return "pipelines.stores.mongo.MongoStore"
+    return "pipelines.stores.sqlite.SQLiteStore"
+
+
+def store_from_settings(settings: BaseSettings) -> PageStore:
+    """Build (not open) the page store the settings select.
+
+    ``MONGO_URI`` is also taken from the environment when the settings leave
+    it empty, like ``REDIS_URL``.
+    """
+    if not settings.get("MONGO_URI") and os.environ.get("MONGO_URI"):
+        settings = settings.copy()
+        settings.set("MONGO_URI", os.environ["MONGO_URI"], priority="cmdline")
+    cls = load_object(store_class_path(settings))
+    return cast("PageStore", cls.from_settings(settings))

@@ -1,0 +1,156 @@
+"""The page store interface and the documents every store writes.
+
+A store keeps two record kinds, after seed 000 section 4.6:
+
+``pages_metadata``
+    One small record per page, ``_id`` = the page id (the request fingerprint,
+    so a re-fetch replaces its record): :data:`METADATA_FIELDS`. ``url`` is
+    unique; ``domain``, ``fetched_at`` and ``content_hash`` are indexed.
+``pages_content``
+    The zlib-compressed body, ``_id`` = ``page_id`` = the metadata ``_id``
+    (linked without a read-back): :data:`CONTENT_FIELDS`. Absent for failed
+    pages, ``noindex`` pages and duplicates.
+
+Writes are idempotent upserts by ``_id``: a batch may be written twice (a retry
+after a connection dropped mid-flush) with the same result.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+# name -> SQL type (the SQLite store's columns; MongoDB keeps the same names).
+METADATA_FIELDS: dict[str, str] = {
+    "_id": "TEXT PRIMARY KEY",
+    "url": "TEXT NOT NULL UNIQUE",
+    "final_url": "TEXT",
+    "domain": "TEXT",
+    "status": "INTEGER",
+    "error": "TEXT",
+    "depth": "INTEGER",
+    "referrer": "TEXT",
+    "fetched_at": "REAL",
+    "stored_at": "REAL",
+    "content_type": "TEXT",
+    "encoding": "TEXT",
+    "size": "INTEGER",
+    "compressed_size": "INTEGER",
+    "compression_ratio": "REAL",
+    "content_hash": "TEXT",
+    "simhash": "TEXT",
+    "text_length": "INTEGER",
+    "links_count": "INTEGER",
+    "title": "TEXT",
+    "description": "TEXT",
+    "canonical": "TEXT",
+    "language": "TEXT",
+    "etag": "TEXT",
+    "last_modified": "TEXT",
+    "noindex": "INTEGER",
+    "nofollow": "INTEGER",
+    "duplicate_of": "TEXT",
+    "duplicate_kind": "TEXT",
+    "duplicate_distance": "INTEGER",
+    "has_content": "INTEGER",
+    "worker": "TEXT",
+}
+CONTENT_FIELDS: dict[str, str] = {
+    "_id": "TEXT PRIMARY KEY",
+    "page_id": "TEXT NOT NULL",
+    "url": "TEXT",
+    "html_compressed": "BLOB NOT NULL",
+    "original_size": "INTEGER",
+    "compressed_size": "INTEGER",
+    "compression_ratio": "REAL",
+    "encoding": "TEXT",
+}
+# Indexed metadata fields besides _id and the unique url.
+METADATA_INDEXES = ("domain", "fetched_at", "content_hash")
+BOOL_FIELDS = ("noindex", "nofollow", "has_content")
+
+
+class TransientStoreError(Exception):
+    """The store could not take the batch now (network, failover, lock): the
+    whole batch may be retried later, unchanged."""
+
+
+class PermanentStoreError(Exception):
+    """The store is unusable as configured (bad URI, no permission)."""
+
+
+@dataclass
+class DocumentError:
+    """One document the store refused for good (too large, duplicate url)."""
+
+    page_id: str
+    collection: str
+    code: int | None
+    message: str
+
+
+@dataclass
+class BatchResult:
+    """What a :meth:`PageStore.write_batch` call did."""
+
+    written: int = 0
+    content_written: int = 0
+    errors: list[DocumentError] = field(default_factory=list)
+
+    def failed_ids(self) -> set[str]:
+        return {e.page_id for e in self.errors}
+
+
+@dataclass
+class StoredPage:
+    """A page read back from a store: its metadata and decompressed body.
+
+    ``content_from`` is the page id whose content ``body`` is: the page's own,
+    or the original's when the page is a duplicate.
+    """
+
+    url: str
+    metadata: dict[str, Any]
+    body: bytes | None
+    content_from: str | None = None
+
+    @property
+    def text(self) -> str | None:
+        if self.body is None:
+            return None
+        return self.body.decode(self.metadata.get("encoding") or "utf-8", "replace")
+
+
+@runtime_checkable
+class PageStore(Protocol):
+    """What the storage pipeline needs from a page store.
+
+    ``write_batch`` runs in the pipeline's writer thread; it raises
+    :class:`TransientStoreError` when the whole batch should be retried and
+    reports per-document permanent errors in :class:`BatchResult`. Each
+    content document is written only when its metadata document was, and a
+    metadata document without content removes any content left by an earlier
+    fetch (``delete_content`` ids).
+    """
+
+    def open(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def write_batch(
+        self,
+        metadata_docs: list[dict[str, Any]],
+        content_docs: list[dict[str, Any]],
+    ) -> BatchResult: ...
+
+    def get_page(self, url: str) -> StoredPage | None: ...
+
+    def count(self) -> int: ...
+
+
+def decompress(blob: bytes) -> bytes:
+    """>>> decompress(zlib.compress(b"abc"))
+    b'abc'
+    """
+    return zlib.decompress(blob)

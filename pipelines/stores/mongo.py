@@ -1,0 +1,270 @@
+"""The production page store: MongoDB through pymongo.
+
+Collections ``pages_metadata`` and ``pages_content`` (see
+:mod:`pipelines.stores.base`); indexes created at open: ``url`` unique,
+``domain``, ``fetched_at``, ``content_hash``. A batch is two unordered bulk
+writes of ``ReplaceOne(upsert=True)`` by ``_id`` (metadata first, then the
+content of the metadata that was written), so a retried batch is harmless.
+
+Errors: network errors, server selection timeouts, primary step-downs and
+write errors labelled retryable raise
+:class:`~pipelines.stores.base.TransientStoreError` (the pipeline retries the
+batch); other per-document write errors (duplicate ``url``, document too
+large) are reported in the :class:`~pipelines.stores.base.BatchResult`.
+
+Settings read (by :meth:`MongoStore.from_settings`): ``MONGO_URI``,
+``MONGO_DATABASE``, ``MONGO_TIMEOUT_MS``. The URI's password never reaches a
+log (:func:`webcrawl.redact.redact_url`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import pymongo
+from bson import BSON
+from pymongo import DeleteOne, ReplaceOne
+from pymongo.errors import (
+    BulkWriteError,
+    ConfigurationError,
+    ConnectionFailure,
+    DocumentTooLarge,
+    OperationFailure,
+    PyMongoError,
+    WriteConcernError,
+)
+
+from pipelines.stores.base import (
+    BOOL_FIELDS,
+    METADATA_INDEXES,
+    BatchResult,
+    DocumentError,
+    PermanentStoreError,
+    StoredPage,
+    TransientStoreError,
+    decompress,
+)
+from webcrawl import defaults
+from webcrawl.redact import redact_url
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
+
+# Server error codes that mean "not now" rather than "never" (step-down,
+# shutdown, network, lock and time-limit errors).
+TRANSIENT_CODES = frozenset(
+    {6, 7, 89, 91, 112, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 50}
+)
+# BSON's limit is 16 MiB; leave room for the bulk command around a document.
+MAX_DOCUMENT_SIZE = 16 * 1024 * 1024 - 16 * 1024
+
+
+def _is_transient(code: int | None, labels: list[str] | None = None) -> bool:
+    """>>> _is_transient(189), _is_transient(11000), _is_transient(None)
+    (True, False, False)
+    """
+    if labels and "RetryableWriteError" in labels:
+        return True
+    return code in TRANSIENT_CODES
+
+
+class MongoStore:
+    """:class:`~pipelines.stores.base.PageStore` on MongoDB (or any client
+    with pymongo's API, e.g. mongomock in the contract tests)."""
+
+    def __init__(
+        self,
+        uri: str = "",
+        database: str = defaults.MONGO_DATABASE,
+        *,
+        client: Any = None,
+        timeout_ms: int = defaults.MONGO_TIMEOUT_MS,
+    ) -> None:
+        self.uri = uri
+        self.database_name = database
+        self.timeout_ms = timeout_ms
+        self._client = client
+        self._own_client = client is None
+        self._db: Any = None
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> MongoStore:
+        uri = settings.get("MONGO_URI") or ""
+        if not uri:
+            raise PermanentStoreError("MONGO_URI is not set")
+        return cls(
+            str(uri),
+            settings.get("MONGO_DATABASE") or defaults.MONGO_DATABASE,
+            timeout_ms=settings.getint("MONGO_TIMEOUT_MS", defaults.MONGO_TIMEOUT_MS),
+        )
+
+    def __repr__(self) -> str:
+        return f"MongoStore({redact_url(self.uri)!r}, {self.database_name!r})"
+
+    def open(self) -> None:
+        if self._db is not None:
+            return
+        if self._client is None:
+            try:
+                self._client = pymongo.MongoClient(
+                    self.uri,
+                    serverSelectionTimeoutMS=self.timeout_ms,
+                    connectTimeoutMS=self.timeout_ms,
+                    socketTimeoutMS=max(self.timeout_ms, 30_000),
+                    retryWrites=True,
+                )
+            except (ConfigurationError, ValueError) as e:
+                raise PermanentStoreError(
+                    f"bad MONGO_URI {redact_url(self.uri)}: {type(e).__name__}"
+                ) from None
+        db = self._client[self.database_name]
+        try:
+            meta = db["pages_metadata"]
+            meta.create_index("url", unique=True, name="url_unique")
+            for name in METADATA_INDEXES:
+                meta.create_index(name, name=name)
+            db["pages_content"].create_index("page_id", name="page_id")
+        except ConnectionFailure as e:
+            raise TransientStoreError(f"mongodb unreachable: {e}") from e
+        except OperationFailure as e:
+            if _is_transient(e.code, _labels(e)):
+                raise TransientStoreError(f"mongodb: {e}") from e
+            raise PermanentStoreError(f"mongodb: {e}") from e
+        self._db = db
+        logger.info("Page store: MongoDB %s", self)
+
+    def close(self) -> None:
+        if self._client is not None and self._own_client:
+            self._client.close()
+            self._client = None
+        self._db = None
+
+    def _database(self) -> Any:
+        if self._db is None:
+            self.open()
+        return self._db
+
+    def write_batch(
+        self,
+        metadata_docs: list[dict[str, Any]],
+        content_docs: list[dict[str, Any]],
+    ) -> BatchResult:
+        db = self._database()
+        result = BatchResult()
+        written = self._bulk(
+            db["pages_metadata"],
+            [d for d in metadata_docs if self._fits(d, "pages_metadata", result)],
+            result,
+            "pages_metadata",
+        )
+        result.written = len(written)
+        stale = [
+            d["_id"]
+            for d in metadata_docs
+            if d["_id"] in written and not d.get("has_content")
+        ]
+        content = [
+            d
+            for d in content_docs
+            if d["_id"] in written and self._fits(d, "pages_content", result)
+        ]
+        done = self._bulk(
+            db["pages_content"], content, result, "pages_content", delete_ids=stale
+        )
+        result.content_written = len(done)
+        return result
+
+    def _fits(self, doc: dict[str, Any], collection: str, result: BatchResult) -> bool:
+        size = len(BSON.encode(doc))
+        if size <= MAX_DOCUMENT_SIZE:
+            return True
+        result.errors.append(
+            DocumentError(
+                doc["_id"], collection, 10334, f"document too large: {size} bytes"
+            )
+        )
+        return False
+
+    def _bulk(
+        self,
+        coll: Any,
+        docs: list[dict[str, Any]],
+        result: BatchResult,
+        name: str,
+        *,
+        delete_ids: list[str] | None = None,
+    ) -> set[str]:
+        """Upsert ``docs`` (and delete ``delete_ids``) in one unordered bulk
+        write; return the ids of the documents written."""
+        ops: list[Any] = [ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in docs]
+        ops += [DeleteOne({"_id": i}) for i in delete_ids or []]
+        if not ops:
+            return set()
+        ok = {d["_id"] for d in docs}
+        try:
+            coll.bulk_write(ops, ordered=False)
+        except BulkWriteError as e:
+            details = e.details or {}
+            if details.get("writeConcernErrors"):
+                raise TransientStoreError(f"{name}: write concern error") from e
+            for err in details.get("writeErrors", []):
+                code = err.get("code")
+                if _is_transient(code, err.get("errorLabels")):
+                    raise TransientStoreError(f"{name}: {err.get('errmsg')}") from e
+                index = err.get("index", -1)
+                if 0 <= index < len(docs):
+                    page_id = docs[index]["_id"]
+                    ok.discard(page_id)
+                    result.errors.append(
+                        DocumentError(page_id, name, code, str(err.get("errmsg")))
+                    )
+        except DocumentTooLarge as e:  # our size check should have caught it
+            raise PermanentStoreError(f"{name}: {e}") from e
+        except (ConnectionFailure, WriteConcernError) as e:
+            # AutoReconnect, NetworkTimeout, NotPrimaryError,
+            # ServerSelectionTimeoutError: the batch can be written later.
+            raise TransientStoreError(f"{name}: {type(e).__name__}: {e}") from e
+        except OperationFailure as e:
+            if _is_transient(e.code, _labels(e)):
+                raise TransientStoreError(f"{name}: {e}") from e
+            raise
+        except PyMongoError as e:
+            if _labels(e) and "RetryableWriteError" in _labels(e):
+                raise TransientStoreError(f"{name}: {e}") from e
+            raise
+        return ok
+
+    def get_page(self, url: str) -> StoredPage | None:
+        db = self._database()
+        try:
+            meta = db["pages_metadata"].find_one({"url": url})
+            if meta is None:
+                return None
+            source = (
+                meta["_id"] if meta.get("has_content") else meta.get("duplicate_of")
+            )
+            body = None
+            if source:
+                doc = db["pages_content"].find_one({"_id": source})
+                if doc is not None:
+                    body = decompress(bytes(doc["html_compressed"]))
+        except ConnectionFailure as e:
+            raise TransientStoreError(f"mongodb unreachable: {e}") from e
+        for name in BOOL_FIELDS:
+            if meta.get(name) is not None:
+                meta[name] = bool(meta[name])
+        return StoredPage(url, dict(meta), body, source if body is not None else None)
+
+    def count(self) -> int:
+        return int(self._database()["pages_metadata"].count_documents({}))
+
+    def content_count(self) -> int:
+        return int(self._database()["pages_content"].count_documents({}))
+
+
+def _labels(error: PyMongoError) -> list[str]:
+    labels = getattr(error, "_error_labels", None)
+    return sorted(labels) if labels else []

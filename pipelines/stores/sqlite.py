@@ -1,0 +1,225 @@
+"""The embedded page store: one SQLite file, two tables, no server.
+
+Used when ``MONGO_URI`` is empty, at ``WEBCRAWL_HOME/pages.sqlite3``: tables
+``pages_metadata`` (unique ``url``, indexes on ``domain``, ``fetched_at``,
+``content_hash``) and ``pages_content``, the columns of
+:data:`pipelines.stores.base.METADATA_FIELDS` and ``CONTENT_FIELDS`` (``_id``
+is the column ``id``). WAL journaling lets ``python -m pipelines.read`` read
+while a crawl writes.
+
+Settings read (by :meth:`SQLiteStore.from_settings`): ``WEBCRAWL_HOME``,
+``SQLITE_PATH``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipelines.stores.base import (
+    BOOL_FIELDS,
+    CONTENT_FIELDS,
+    METADATA_FIELDS,
+    METADATA_INDEXES,
+    BatchResult,
+    DocumentError,
+    PermanentStoreError,
+    StoredPage,
+    TransientStoreError,
+    decompress,
+)
+from webcrawl import defaults
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+
+def _column(name: str) -> str:
+    return "id" if name == "_id" else name
+
+
+def _table_sql(table: str, fields: dict[str, str]) -> str:
+    cols = ", ".join(f"{_column(n)} {t}" for n, t in fields.items())
+    return f"CREATE TABLE IF NOT EXISTS {table} ({cols})"
+
+
+def _upsert_sql(table: str, fields: dict[str, str]) -> str:
+    """An idempotent upsert by id that keeps the UNIQUE(url) check.
+
+    >>> _upsert_sql("t", {"_id": "TEXT", "a": "TEXT"})
+    'INSERT INTO t (id, a) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET a = excluded.a'
+    """
+    cols = [_column(n) for n in fields]
+    marks = ", ".join("?" for _ in cols)
+    updates = ", ".join(f"{c} = excluded.{c}" for c in cols if c != "id")
+    return (
+        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks}) "
+        f"ON CONFLICT(id) DO UPDATE SET {updates}"
+    )
+
+
+class SQLiteStore:
+    """:class:`~pipelines.stores.base.PageStore` on a SQLite file.
+
+    One connection shared by the pipeline's writer thread and readers under a
+    lock (``check_same_thread=False``).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], timeout: float = 30.0) -> None:
+        self.path = Path(path)
+        self.timeout = timeout
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._meta_sql = _upsert_sql("pages_metadata", METADATA_FIELDS)
+        self._content_sql = _upsert_sql("pages_content", CONTENT_FIELDS)
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> SQLiteStore:
+        path = settings.get("SQLITE_PATH") or ""
+        if not path:
+            home = (
+                settings.get("WEBCRAWL_HOME")
+                or os.environ.get("WEBCRAWL_HOME")
+                or defaults.WEBCRAWL_HOME
+            )
+            path = str(Path(home) / "pages.sqlite3")
+        return cls(path)
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
+    def open(self) -> None:
+        if self._conn is not None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                self.path, timeout=self.timeout, check_same_thread=False
+            )
+        except (OSError, sqlite3.Error) as e:
+            raise PermanentStoreError(f"cannot open {self.path}: {e}") from e
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        with conn:
+            conn.execute(_table_sql("pages_metadata", METADATA_FIELDS))
+            conn.execute(_table_sql("pages_content", CONTENT_FIELDS))
+            for name in METADATA_INDEXES:
+                conn.execute(
+                    f"CREATE INDEX IF NOT EXISTS pages_metadata_{name} "
+                    f"ON pages_metadata ({name})"
+                )
+        self._conn = conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self.open()
+        assert self._conn is not None
+        return self._conn
+
+    def write_batch(
+        self,
+        metadata_docs: list[dict[str, Any]],
+        content_docs: list[dict[str, Any]],
+    ) -> BatchResult:
+        result = BatchResult()
+        with self._lock:
+            conn = self._connection()
+            try:
+                with conn:  # one transaction per batch
+                    written: set[str] = set()
+                    for doc in metadata_docs:
+                        row = [doc.get(n) for n in METADATA_FIELDS]
+                        try:
+                            conn.execute(self._meta_sql, row)
+                        except sqlite3.IntegrityError as e:
+                            result.errors.append(
+                                DocumentError(
+                                    doc["_id"], "pages_metadata", None, str(e)
+                                )
+                            )
+                            continue
+                        written.add(doc["_id"])
+                        if not doc.get("has_content"):
+                            conn.execute(
+                                "DELETE FROM pages_content WHERE id = ?",
+                                (doc["_id"],),
+                            )
+                    result.written = len(written)
+                    for doc in content_docs:
+                        if doc["_id"] not in written:
+                            continue
+                        conn.execute(
+                            self._content_sql, [doc.get(n) for n in CONTENT_FIELDS]
+                        )
+                        result.content_written += 1
+            except sqlite3.OperationalError as e:
+                # "database is locked", disk I/O errors: the batch may succeed
+                # later; the transaction was rolled back as a whole.
+                raise TransientStoreError(f"sqlite: {e}") from e
+        return result
+
+    def _metadata(self, where: str, arg: str) -> dict[str, Any] | None:
+        conn = self._connection()
+        conn.row_factory = sqlite3.Row
+        try:
+            row = conn.execute(
+                f"SELECT * FROM pages_metadata WHERE {where} = ?", (arg,)
+            ).fetchone()
+        finally:
+            conn.row_factory = None
+        if row is None:
+            return None
+        doc = {("_id" if k == "id" else k): row[k] for k in row.keys()}  # noqa: SIM118
+        for name in BOOL_FIELDS:
+            if doc.get(name) is not None:
+                doc[name] = bool(doc[name])
+        return doc
+
+    def get_page(self, url: str) -> StoredPage | None:
+        with self._lock:
+            meta = self._metadata("url", url)
+            if meta is None:
+                return None
+            source = (
+                meta["_id"] if meta.get("has_content") else meta.get("duplicate_of")
+            )
+            body = None
+            if source:
+                row = (
+                    self._connection()
+                    .execute(
+                        "SELECT html_compressed FROM pages_content WHERE id = ?",
+                        (source,),
+                    )
+                    .fetchone()
+                )
+                if row is not None:
+                    body = decompress(row[0])
+            return StoredPage(url, meta, body, source if body is not None else None)
+
+    def count(self) -> int:
+        with self._lock:
+            row = (
+                self._connection()
+                .execute("SELECT COUNT(*) FROM pages_metadata")
+                .fetchone()
+            )
+            return int(row[0])
+
+    def content_count(self) -> int:
+        with self._lock:
+            row = (
+                self._connection()
+                .execute("SELECT COUNT(*) FROM pages_content")
+                .fetchone()
+            )
+            return int(row[0])

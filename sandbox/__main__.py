@@ -1,0 +1,124 @@
+"""``python -m sandbox``: serve the sandbox web on one loopback port.
+
+Prints ``{"port": N}`` on stdout once listening; see ``sandbox/README.md``.
+Reads no settings: everything comes from the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from sandbox.server import serve
+from sandbox.site import FEATURES, SHAPES, SiteSpec, crawl_delay_map
+
+
+def parse_delay_map(text: str) -> dict[int, float]:
+    """``"3=2,7=0.5"`` -> ``{3: 2.0, 7: 0.5}``.
+
+    >>> parse_delay_map("3=2, 7=0.5")
+    {3: 2.0, 7: 0.5}
+    >>> parse_delay_map("")
+    {}
+    """
+    out = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, _, delay = item.partition("=")
+        out[int(host)] = float(delay)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__)
+    p.add_argument("--seed", type=int, default=0, help="content seed (default 0)")
+    p.add_argument(
+        "--hosts", type=int, default=100, help="number of hosts (default 100)"
+    )
+    p.add_argument("--pages", type=int, default=50, help="pages per host (default 50)")
+    p.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="uniform",
+        help="page spread (default uniform)",
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="port on 127.0.0.1 (default 0: any free one)",
+    )
+    p.add_argument(
+        "--record", default=None, help="append a JSON line per request to this file"
+    )
+    p.add_argument(
+        "--crawl-delay-hosts",
+        type=int,
+        default=0,
+        help="how many hosts get a Crawl-delay in robots.txt (default 0)",
+    )
+    p.add_argument(
+        "--crawl-delay",
+        type=float,
+        default=1.0,
+        help="their Crawl-delay, seconds (default 1)",
+    )
+    p.add_argument(
+        "--crawl-delay-map",
+        default="",
+        help="exact Crawl-delay per host index, e.g. 3=2,7=0.5 (added to the count)",
+    )
+    p.add_argument(
+        "--features",
+        default="",
+        help=f"hostile corners to switch on: {','.join(sorted(FEATURES))}, or all",
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=0.0,
+        help="exit after this long (default 0: never)",
+    )
+    p.add_argument(
+        "--cache-pages",
+        type=int,
+        default=2048,
+        help="rendered pages kept in memory (LRU)",
+    )
+    return p
+
+
+def spec_from_args(args: argparse.Namespace) -> SiteSpec:
+    delays = crawl_delay_map(args.hosts, args.crawl_delay_hosts, args.crawl_delay)
+    delays.update(parse_delay_map(args.crawl_delay_map))
+    names = {f.strip() for f in args.features.split(",") if f.strip()}
+    features = FEATURES if "all" in names else frozenset(names)
+    return SiteSpec(
+        seed=args.seed,
+        hosts=args.hosts,
+        pages_per_host=args.pages,
+        shape=args.shape,
+        crawl_delay_hosts=delays,
+        features=frozenset(features),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        spec = spec_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    logging.basicConfig(
+        level=logging.WARNING, format="sandbox: %(levelname)s %(message)s"
+    )
+    asyncio.run(
+        serve(
+            spec, args.port, args.record, args.max_seconds, cache_pages=args.cache_pages
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,403 @@
+"""Hostile corners of the sandbox web, each behind a feature name.
+
+They live on the spec's trap host (``site-001``) and are linked from its root
+page only when their feature is on; with the feature off the paths answer 404.
+
+=============  =================================================================
+feature        paths and behaviour
+=============  =================================================================
+calendar       ``/calendar/YYYY/MM``: prev/next month links, forever (a trap)
+redirects      ``/redirect/chain/1`` -301-> ``2`` -302-> ``3`` -307->
+               ``/redirect/landing.html`` (200); ``/redirect/loop/a`` <-302-> ``b``
+slow           ``/slow/N.html`` (N = 1, 2, 3) answers after N seconds
+errors         ``/error/500.html``, ``/error/503.html``, ``/error/429-seconds.html``
+               (``Retry-After: 2``), ``/error/429-date.html`` (``Retry-After``: an
+               HTTP date 3 s ahead), ``/error/flaky.html`` (503 twice, then 200)
+malformed      ``/malformed/unclosed.html`` (unclosed tags),
+               ``/malformed/garbage.html`` (invalid UTF-8 and NUL bytes)
+encodings      ``ENCODING_PAGES``: windows-1252 / Shift_JIS with the charset in
+               the header only or in a ``<meta>`` only, UTF-8 with a BOM only
+bomb           ``/bomb.html``: ``Content-Encoding: gzip``, ~2 MB that inflate
+               to ``BOMB_SIZE`` (2 GiB)
+huge           ``/huge.html``: a ``HUGE_SIZE`` (20 MiB) HTML page
+duplicates     ``/dup/original.html`` = ``/dup/copy-a.html`` = ``/dup/copy-b.html``
+               byte for byte; ``/dup/near-a.html``, ``/dup/near-b.html``: the
+               original with ``NEAR_CHANGED_WORDS`` words changed
+etag           every page gets ``ETag``/``Last-Modified``; ``If-None-Match`` /
+               ``If-Modified-Since`` get a 304 (see ``Site.page_response``)
+=============  =================================================================
+
+The module reads no settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import struct
+import time
+import zlib
+from email.utils import formatdate
+from typing import TYPE_CHECKING
+
+from sandbox.site import HTML, Page, Request, Response, make_page, stable_hash
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Iterable
+
+    from sandbox.site import Site
+
+BOMB_SIZE = 2 * 1024**3
+HUGE_SIZE = 20 * 1024**2
+NEAR_CHANGED_WORDS = 3
+CALENDAR_START = "/calendar/2024/01"
+SLOW_SECONDS = {"/slow/1.html": 1.0, "/slow/2.html": 2.0, "/slow/3.html": 3.0}
+# Times /error/flaky.html answers 503 before it answers 200 (per server run).
+FLAKY_FAILURES = 2
+RETRY_AFTER_SECONDS = 2
+RETRY_AFTER_DATE_SECONDS = 3
+SAMPLE_LATIN = "Café “naïve” résumé — 5 € à la carte"
+SAMPLE_JAPANESE = "日本語のページです。こんにちは、世界"
+SAMPLE_BOM = "Grüße aus Köln — 東京 ☃"
+# path -> (Python codec, where the charset is declared, text the page contains)
+ENCODING_PAGES: dict[str, tuple[str, str, str]] = {
+    "/enc/cp1252-header.html": ("cp1252", "header", SAMPLE_LATIN),
+    "/enc/cp1252-meta.html": ("cp1252", "meta", SAMPLE_LATIN),
+    "/enc/shift_jis-header.html": ("shift_jis", "header", SAMPLE_JAPANESE),
+    "/enc/shift_jis-meta.html": ("shift_jis", "meta", SAMPLE_JAPANESE),
+    "/enc/utf8-bom.html": ("utf-8", "bom", SAMPLE_BOM),
+}
+_CHARSET_NAMES = {"cp1252": "windows-1252", "shift_jis": "Shift_JIS"}
+DUPLICATE_EXACT = ("/dup/original.html", "/dup/copy-a.html", "/dup/copy-b.html")
+DUPLICATE_NEAR = ("/dup/near-a.html", "/dup/near-b.html")
+
+ENTRY_PATHS: dict[str, tuple[str, ...]] = {
+    "calendar": (CALENDAR_START,),
+    "redirects": ("/redirect/chain/1", "/redirect/loop/a"),
+    "slow": tuple(SLOW_SECONDS),
+    "errors": (
+        "/error/500.html",
+        "/error/503.html",
+        "/error/429-seconds.html",
+        "/error/429-date.html",
+        "/error/flaky.html",
+    ),
+    "malformed": ("/malformed/unclosed.html", "/malformed/garbage.html"),
+    "encodings": tuple(ENCODING_PAGES),
+    "bomb": ("/bomb.html",),
+    "huge": ("/huge.html",),
+    "duplicates": DUPLICATE_EXACT + DUPLICATE_NEAR,
+    "etag": (),
+}
+# Paths reached only through a feature's redirects.
+FOLLOWED_PATHS: dict[str, tuple[str, ...]] = {
+    "redirects": (
+        "/redirect/chain/2",
+        "/redirect/chain/3",
+        "/redirect/landing.html",
+        "/redirect/loop/b",
+    ),
+}
+_CALENDAR_RE = re.compile(r"^/calendar/(\d{4})/(\d{2})$")
+
+
+def entry_paths(features: Iterable[str]) -> list[str]:
+    """Paths the trap host's root links to for ``features``.
+
+    >>> entry_paths({"redirects", "bomb"})
+    ['/bomb.html', '/redirect/chain/1', '/redirect/loop/a']
+    """
+    return [p for f in sorted(features) for p in ENTRY_PATHS[f]]
+
+
+def feature_paths(features: Iterable[str]) -> list[str]:
+    """Every finite path a crawl requests for ``features`` (calendar: entry only).
+
+    >>> feature_paths({"redirects"})  # doctest: +NORMALIZE_WHITESPACE
+    ['/redirect/chain/1', '/redirect/loop/a', '/redirect/chain/2',
+     '/redirect/chain/3', '/redirect/landing.html', '/redirect/loop/b']
+    """
+    features = sorted(features)
+    return entry_paths(features) + [
+        p for f in features for p in FOLLOWED_PATHS.get(f, ())
+    ]
+
+
+def build_gzip_bomb(
+    size: int, prefix: bytes = b"<!DOCTYPE html><html><body><p>"
+) -> bytes:
+    """A gzip member that inflates to ``size`` bytes (``prefix`` then spaces).
+
+    A full flush resets the deflate state, so 1 MiB of spaces compresses to the
+    same ~1 KB block every time: the bomb is that block repeated, with a
+    correct CRC and length (computing the CRC is the slow part: ~0.5 s/GiB).
+
+    >>> import gzip
+    >>> data = build_gzip_bomb(3 * 1024 * 1024 + 5)
+    >>> len(data) < 10_000, len(gzip.decompress(data))
+    (True, 3145733)
+    """
+    mib = 1 << 20
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+    head = comp.compress(prefix) + comp.flush(zlib.Z_FULL_FLUSH)
+    crc = zlib.crc32(prefix)
+    remaining = size - len(prefix)
+    full, rest = divmod(remaining, mib)
+    block_data = b" " * mib
+    block = comp.compress(block_data) + comp.flush(zlib.Z_FULL_FLUSH)
+    for _ in range(full):
+        crc = zlib.crc32(block_data, crc)
+    tail_data = b" " * rest
+    tail = comp.compress(tail_data) + comp.flush(zlib.Z_FINISH)
+    crc = zlib.crc32(tail_data, crc)
+    header = b"\x1f\x8b\x08\x00" + struct.pack("<I", 0) + b"\x02\xff"
+    trailer = struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF)
+    return b"".join([header, head, block * full, tail, trailer])
+
+
+def _html(title: str, body: str, charset: str = "utf-8") -> str:
+    return (
+        f'<!DOCTYPE html>\n<html>\n<head>\n<meta charset="{charset}">\n'
+        f"<title>{title}</title>\n</head>\n<body>\n<h1>{title}</h1>\n"
+        f'{body}\n<p><a href="/">Home</a></p>\n</body>\n</html>\n'
+    )
+
+
+class Hostile:
+    """Answers the hostile paths of one :class:`~sandbox.site.Site`."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.features = site.spec.features
+        self.flaky_count = 0
+        self._bomb: asyncio.Future[bytes] | None = None
+        self._huge: Page | None = None
+        self._dups: dict[str, Page] | None = None
+
+    def handle(self, req: Request) -> Response | Awaitable[Response] | None:
+        path = req.path
+        f = self.features
+        if "calendar" in f and path.startswith("/calendar/"):
+            return self.calendar(path)
+        if "redirects" in f and path.startswith("/redirect/"):
+            return self.redirect(path)
+        if "slow" in f and path in SLOW_SECONDS:
+            return self.slow(path, req)
+        if "errors" in f and path.startswith("/error/"):
+            return self.error(path, req)
+        if "malformed" in f and path.startswith("/malformed/"):
+            return self.malformed(path)
+        if "encodings" in f and path in ENCODING_PAGES:
+            return self.encoded(path)
+        if "bomb" in f and path == "/bomb.html":
+            return self.bomb()
+        if "huge" in f and path == "/huge.html":
+            return self.site.page_response(self.huge(), req)
+        if "duplicates" in f and path.startswith("/dup/"):
+            page = self.duplicates().get(path)
+            return None if page is None else self.site.page_response(page, req)
+        return None
+
+    # --- calendar ------------------------------------------------------------
+    def calendar(self, path: str) -> Response | None:
+        match = _CALENDAR_RE.match(path)
+        if not match:
+            return None
+        year, month = int(match.group(1)), int(match.group(2))
+        if not (1 <= year <= 9999 and 1 <= month <= 12):
+            return None
+        prev_y, prev_m = (year, month - 1) if month > 1 else (year - 1, 12)
+        next_y, next_m = (year, month + 1) if month < 12 else (year + 1, 1)
+        links = []
+        if prev_y >= 1:
+            links.append(f'<a href="/calendar/{prev_y:04d}/{prev_m:02d}">Previous</a>')
+        if next_y <= 9999:
+            links.append(f'<a href="/calendar/{next_y:04d}/{next_m:02d}">Next</a>')
+        rng = random.Random(stable_hash(self.site.spec.seed, "calendar", path))
+        events = "".join(
+            f"<li>{day:02d}: {self.site.words(rng, 4)}</li>\n"
+            for day in sorted(rng.sample(range(1, 29), 5))
+        )
+        body = f"<nav>{' | '.join(links)}</nav>\n<ul>\n{events}</ul>"
+        return Response(
+            200,
+            _html(f"Events {year:04d}-{month:02d}", body).encode(),
+            [("Content-Type", HTML)],
+        )
+
+    # --- redirects -----------------------------------------------------------
+    def redirect(self, path: str) -> Response | None:
+        site, t = self.site, self.site.spec.trap_host
+        hops = {
+            "/redirect/chain/1": (301, "/redirect/chain/2"),
+            "/redirect/chain/2": (
+                302,
+                site.spec.url(t, "/redirect/chain/3", site.port),
+            ),
+            "/redirect/chain/3": (307, "/redirect/landing.html"),
+            "/redirect/loop/a": (302, "/redirect/loop/b"),
+            "/redirect/loop/b": (302, "/redirect/loop/a"),
+        }
+        if path in hops:
+            status, location = hops[path]
+            return Response(status, b"", [("Location", location)])
+        if path == "/redirect/landing.html":
+            body = _html("Landed", "<p>The end of a chain of three redirects.</p>")
+            return Response(200, body.encode(), [("Content-Type", HTML)])
+        return None
+
+    # --- slow ---------------------------------------------------------------
+    async def slow(self, path: str, req: Request) -> Response:
+        await asyncio.sleep(SLOW_SECONDS[path])
+        body = _html("Slow page", f"<p>This page took {SLOW_SECONDS[path]:g} s.</p>")
+        return self.site.page_response(make_page(body.encode(), 1_704_067_200.0), req)
+
+    # --- errors -------------------------------------------------------------
+    def error(self, path: str, req: Request) -> Response | None:
+        def page(status: int, *headers: tuple[str, str]) -> Response:
+            body = _html(f"Error {status}", "<p>Something went wrong.</p>").encode()
+            return Response(status, body, [("Content-Type", HTML), *headers])
+
+        if path == "/error/500.html":
+            return page(500)
+        if path == "/error/503.html":
+            return page(503)
+        if path == "/error/429-seconds.html":
+            return page(429, ("Retry-After", str(RETRY_AFTER_SECONDS)))
+        if path == "/error/429-date.html":
+            when = formatdate(time.time() + RETRY_AFTER_DATE_SECONDS, usegmt=True)
+            return page(429, ("Retry-After", when))
+        if path == "/error/flaky.html":
+            if req.method == "GET":
+                self.flaky_count += 1
+                if self.flaky_count <= FLAKY_FAILURES:
+                    return page(503, ("Retry-After", "1"))
+            body = _html("Flaky page", "<p>Third time lucky.</p>").encode()
+            return Response(200, body, [("Content-Type", HTML)])
+        return None
+
+    # --- malformed ------------------------------------------------------------
+    def malformed(self, path: str) -> Response | None:
+        spec = self.site.spec
+        t = spec.trap_host
+        other = spec.page_path(t, 1 % spec.pages_on(t))
+        if path == "/malformed/unclosed.html":
+            body = (
+                "<html><head><title>Unclosed tags</title><body><div class=main>"
+                "<p>Some <b>"
+                f'text <a href="/">home<p>more text <a href={other}>next<table><tr>'
+                "<td>cell<td><div><ul><li>one<li>two <i>italic <b>bold <p>para"
+            ).encode()
+            return Response(200, body, [("Content-Type", HTML)])
+        if path == "/malformed/garbage.html":
+            rng = random.Random(stable_hash(spec.seed, "garbage"))
+            noise = bytes(rng.randrange(256) for _ in range(3000))
+            body = (
+                b"<html><head><title>Garbage \xff\xfe\x00</title></head><body><p>"
+                + noise[:1500]
+                + b'<a href="/">home</a>\x00\x00\xc3\x28\xe2\x82<p>'
+                + noise[1500:]
+                + f'<a href="{other}">next</a>'.encode()
+            )
+            return Response(200, body, [("Content-Type", HTML)])
+        return None
+
+    # --- encodings -------------------------------------------------------------
+    def encoded(self, path: str) -> Response:
+        codec, where, text = ENCODING_PAGES[path]
+        charset = _CHARSET_NAMES.get(codec, codec)
+        if where == "bom":
+            head, content_type = "", "text/html"
+        elif where == "meta":
+            head = (
+                '<meta http-equiv="Content-Type" '
+                f'content="text/html; charset={charset}">\n'
+            )
+            content_type = "text/html"
+        else:
+            head, content_type = "", f"text/html; charset={charset}"
+        html = (
+            f"<!DOCTYPE html>\n<html>\n<head>\n{head}<title>{text}</title>\n</head>\n"
+            f'<body>\n<h1>{text}</h1>\n<p>{text}</p>\n<p><a href="/">Home</a></p>\n'
+            "</body>\n</html>\n"
+        )
+        body = html.encode(codec)
+        if where == "bom":
+            body = b"\xef\xbb\xbf" + body
+        return Response(200, body, [("Content-Type", content_type)])
+
+    # --- bomb and huge ---------------------------------------------------------
+    async def bomb(self) -> Response:
+        if self._bomb is None:
+            loop = asyncio.get_running_loop()
+            self._bomb = loop.run_in_executor(None, build_gzip_bomb, BOMB_SIZE)
+        body = await self._bomb
+        headers = [("Content-Type", HTML), ("Content-Encoding", "gzip")]
+        return Response(200, body, headers)
+
+    def huge(self) -> Page:
+        if self._huge is None:
+            site = self.site
+            t = site.spec.trap_host
+            links = [(t, "/"), *((t, site.spec.page_path(t, k)) for k in range(1, 5))]
+            rng = random.Random(stable_hash(site.spec.seed, "huge"))
+            body = site.render_html(t, "/huge.html", links, rng, size=HUGE_SIZE)
+            # The paragraphs fill up to the size; pad the last bytes exactly.
+            body = body.replace(b"</body>", b" " * (HUGE_SIZE - len(body)) + b"</body>")
+            self._huge = make_page(body, 1_704_067_200.0)
+        return self._huge
+
+    # --- duplicates ------------------------------------------------------------
+    def duplicates(self) -> dict[str, Page]:
+        if self._dups is None:
+            site = self.site
+            spec = site.spec
+            t = spec.trap_host
+            links = [
+                (t, "/"),
+                *((t, spec.page_path(t, k % spec.pages_on(t))) for k in range(1, 12)),
+            ]
+            rng = random.Random(stable_hash(spec.seed, "dup"))
+            original = site.render_html(
+                t, "/dup/original.html", links, rng, size=12_000
+            )
+            mtime = spec.last_modified(t, "/dup/original.html")
+            pages = {p: make_page(original, mtime) for p in DUPLICATE_EXACT}
+            for n, path in enumerate(DUPLICATE_NEAR):
+                pages[path] = make_page(near_duplicate(original, n + 1), mtime)
+            self._dups = pages
+        return self._dups
+
+
+def near_duplicate(
+    html: bytes, variant: int, changes: int = NEAR_CHANGED_WORDS
+) -> bytes:
+    """``html`` with ``changes`` words of its paragraphs replaced.
+
+    >>> a = b"<p>one two three four five six seven eight nine ten</p>"
+    >>> b = near_duplicate(a, 1, changes=2)
+    >>> b != a, len(a.split()) == len(b.split())
+    (True, True)
+    >>> sum(x != y for x, y in zip(a.split(), b.split()))
+    2
+    """
+    words = list(re.finditer(rb"(?<=[ >])([a-z]{3,})(?=[ .<])", html))
+    # Only words inside paragraphs of text, never tags or attribute values.
+    words = [
+        m
+        for m in words
+        if html.rfind(b"<p>", 0, m.start()) > html.rfind(b"</p>", 0, m.start())
+    ]
+    rng = random.Random(variant)
+    chosen = sorted(rng.sample(range(len(words)), min(changes, len(words))))
+    out, last = [], 0
+    for n in chosen:
+        m = words[n]
+        out += [
+            html[last : m.start()],
+            b"changed" + str(variant).encode() + bytes([97 + n % 26]),
+        ]
+        last = m.end()
+    out.append(html[last:])
+    return b"".join(out)

@@ -1,0 +1,59 @@
+"""A Scrapy DNS resolver that sends ``*.sandbox.test`` to 127.0.0.1.
+
+Use it with ``TWISTED_DNS_RESOLVER = "sandbox.resolver.SandboxResolver"``
+(Scrapy >= 2.19; the older ``DNS_RESOLVER`` name still works, with a
+deprecation warning). Every other name goes to Scrapy's default
+:class:`scrapy.resolver.CachingThreadedResolver`, so the settings it reads
+apply unchanged: ``DNSCACHE_ENABLED``, ``DNSCACHE_SIZE``, ``DNS_TIMEOUT``.
+
+Sandbox names are answered at once and kept out of Scrapy's ``dnscache``:
+the downloader maps slot keys through that cache when
+``CONCURRENT_REQUESTS_PER_IP`` is set, and every sandbox host sharing
+127.0.0.1 would otherwise collapse into a single slot.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy.resolver import CachingThreadedResolver
+from twisted.internet import defer
+from twisted.internet.interfaces import IResolverSimple
+from zope.interface import implementer
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from twisted.internet.defer import Deferred
+
+SANDBOX_SUFFIX = ".sandbox.test"
+SANDBOX_ADDRESS = "127.0.0.1"
+
+
+def is_sandbox_name(name: str) -> bool:
+    """True for names under ``sandbox.test`` (any case, trailing dot allowed).
+
+    >>> is_sandbox_name("site-000.sandbox.test")
+    True
+    >>> is_sandbox_name("SITE-1.Sandbox.Test.")
+    True
+    >>> is_sandbox_name("sandbox.test.example.com"), is_sandbox_name("example.com")
+    (False, False)
+    """
+    return name.lower().rstrip(".").endswith(SANDBOX_SUFFIX)
+
+
+@implementer(IResolverSimple)
+class SandboxResolver(CachingThreadedResolver):
+    """``CachingThreadedResolver`` plus a static answer for the sandbox web.
+
+    Built by Scrapy with ``from_crawler(crawler, reactor)`` (inherited) and
+    installed with ``install_on_reactor()`` (inherited: ``installResolver``,
+    which also wraps it as the reactor's ``IHostnameResolver``, the one
+    ``HostnameEndpoint`` uses).
+    """
+
+    def getHostByName(self, name: str, timeout: Sequence[int] = ()) -> Deferred[str]:
+        if is_sandbox_name(name):
+            return defer.succeed(SANDBOX_ADDRESS)
+        return super().getHostByName(name, timeout)

@@ -1,0 +1,177 @@
+"""End to end: real ``scrapy crawl web`` workers crawl the sandbox web.
+
+Seeds are pushed with the real ``redis-cli``; what was fetched is read from
+the sandbox's own request record, what was kept from the page store.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis
+from scrapy.settings import Settings
+
+from extensions.embedded_redis import RedisProcess
+from pipelines.stores import store_from_settings
+from sandbox.site import SiteSpec, crawl_delay_map
+from webcrawl.fleet import start_worker, stop
+from webcrawl.localcrawl import CrawlReport, crawl_sandbox
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sandbox.process import SandboxProcess
+
+pytestmark = pytest.mark.slow
+
+# Timer slack allowed on a per-host gap: the lock is taken just before the
+# download, and the request then crosses the loopback stack and the server's
+# accept loop before the sandbox stamps its arrival.
+SLACK_MS = 15.0
+
+
+def stored_urls(home: Path) -> dict[str, Any]:
+    store = store_from_settings(Settings({"WEBCRAWL_HOME": str(home)}))
+    store.open()
+    try:
+        return {url: store.get_page(url) for url in _all_urls(store)}
+    finally:
+        store.close()
+
+
+def _all_urls(store: Any) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(store.path) as db:
+        return [row[0] for row in db.execute("SELECT url FROM pages_metadata")]
+
+
+def assert_complete(report: CrawlReport, home: Path) -> None:
+    expected = report.spec.reachable_urls(report.port)
+    counts = report.fetch_counts()
+    missing = expected - set(counts)
+    assert not missing, f"never fetched: {sorted(missing)[:5]}"
+    assert not report.disallowed_fetches()
+    pages = stored_urls(home)
+    not_stored = {u for u in expected if u not in pages}
+    assert not not_stored, f"not stored: {sorted(not_stored)[:5]}"
+    assert all(pages[u].metadata["status"] == 200 for u in expected)
+
+
+def test_two_workers_fetch_every_allowed_page_once(
+    redis_url: str, tmp_path: Path
+) -> None:
+    spec = SiteSpec(seed=7, hosts=12, pages_per_host=8)
+    report = crawl_sandbox(
+        spec,
+        redis_url,
+        tmp_path,
+        workers=2,
+        settings={"DOWNLOAD_DELAY": 0.05},
+        extra_seeds=["ftp://nope.test/", '{"url": 5}'],
+        timeout=240,
+    )
+    assert report.exit_codes == [0, 0]
+    assert_complete(report, tmp_path)
+    # Once each: the frontier and the Bloom filter let no page through twice.
+    expected = spec.reachable_urls(report.port)
+    assert {
+        u: n for u, n in report.fetch_counts().items() if u in expected and n > 1
+    } == {}
+    # One robots.txt fetch per host for the whole fleet.
+    assert max(report.robots_fetches().values()) == 1
+    invalid = redis.Redis.from_url(redis_url).lrange("web:start_urls:invalid", 0, -1)
+    assert sorted(json.loads(e)["entry"] for e in invalid) == [
+        "ftp://nope.test/",
+        '{"url": 5}',
+    ]
+
+
+def test_fleet_politeness(redis_url: str, tmp_path: Path) -> None:
+    """Four workers, 100 hosts, 300 ms per host, three hosts with a robots
+    Crawl-delay of 1 s: no host ever sees two requests closer than its delay."""
+    delay = 0.3
+    spec = SiteSpec(
+        seed=3,
+        hosts=100,
+        pages_per_host=4,
+        crawl_delay_hosts=crawl_delay_map(100, 3, 1.0),
+    )
+    report = crawl_sandbox(
+        spec, redis_url, tmp_path, workers=4,
+        settings={"DOWNLOAD_DELAY": delay}, timeout=300,
+    )  # fmt: skip
+    assert report.exit_codes == [0, 0, 0, 0]
+    assert_complete(report, tmp_path)
+    too_close = {}
+    for host, gap in report.min_gaps_ms().items():
+        want = max(delay, spec.crawl_delay(host) or 0.0) * 1000
+        if gap < want - SLACK_MS:
+            too_close[host] = (gap, want)
+    assert too_close == {}
+    assert max(report.robots_fetches().values()) == 1
+
+
+def test_sigkilled_workers_lose_nothing(redis_url: str, tmp_path: Path) -> None:
+    spec = SiteSpec(seed=11, hosts=20, pages_per_host=15)
+    settings = {"DOWNLOAD_DELAY": 0.05, "FRONTIER_LEASE_TIMEOUT": 3,
+                "FRONTIER_HEARTBEAT_INTERVAL": 1}  # fmt: skip
+    kills = 0
+
+    def chaos(procs: list[Any], web: SandboxProcess) -> None:
+        nonlocal kills
+        rng = random.Random(5)
+        for n in range(3):
+            time.sleep(rng.uniform(1.0, 3.0))
+            victim = rng.randrange(len(procs))
+            stop(procs[victim])
+            kills += 1
+            procs[victim] = start_worker(
+                {**report_settings, **settings},
+                tmp_path / "logs" / f"restarted-{n}.log",
+            )
+
+    report_settings = {
+        "REDIS_URL": redis_url,
+        "WEBCRAWL_HOME": str(tmp_path),
+        "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
+        "SEED_POLL_INTERVAL": 0.5,
+        "WEB_ALLOWED_DOMAINS": "sandbox.test",
+    }
+    report = crawl_sandbox(
+        spec, redis_url, tmp_path, workers=2, settings=settings, during=chaos,
+        timeout=300,
+    )  # fmt: skip
+    assert kills == 3
+    assert_complete(report, tmp_path)
+    # Fetched twice only what was in flight when a worker died: bounded by
+    # the kills times what one worker holds (its buffer plus its downloads).
+    twice = sum(n - 1 for n in report.fetch_counts().values() if n > 1)
+    assert twice <= kills * 2 * 32
+
+
+def test_crawl_waits_out_a_redis_restart(tmp_path: Path) -> None:
+    server = RedisProcess(tmp_path / "redis").start()
+    spec = SiteSpec(seed=5, hosts=10, pages_per_host=10)
+
+    def restart_redis(procs: list[Any], web: SandboxProcess) -> None:
+        time.sleep(2.0)
+        server.stop()
+        time.sleep(3.0)
+        server.start(server.port)
+
+    try:
+        report = crawl_sandbox(
+            spec, server.url, tmp_path, workers=2,
+            settings={"DOWNLOAD_DELAY": 0.1, "REDIS_RETRY_INITIAL": 0.2,
+                      "REDIS_RETRY_MAX": 1.0},
+            during=restart_redis, timeout=300,
+        )  # fmt: skip
+    finally:
+        server.stop()
+    assert report.exit_codes == [0, 0]
+    assert_complete(report, tmp_path)

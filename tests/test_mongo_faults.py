@@ -1,0 +1,177 @@
+"""Wire-level faults: the real pymongo driver against mockupdb (MongoDB's own
+wire-protocol test server), scripted to drop a connection mid-flush, step
+down, answer with duplicate-key write errors, or be unreachable."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from mockupdb import MockupDB
+
+from extensions.embedded_redis import free_port
+from pipelines.batching import PageBatcher, prepare_page
+from pipelines.stores.mongo import MongoStore
+from webcrawl.items import PageItem
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.slow
+
+HELLO = {"minWireVersion": 0, "maxWireVersion": 21, "isWritablePrimary": True}
+
+
+class FakeMongo:
+    """A mockupdb server that keeps upserted documents by collection and
+    misbehaves on the first ``faults`` update commands."""
+
+    def __init__(self, faults: list[str]) -> None:
+        self.faults = list(faults)
+        self.docs: dict[str, dict[str, Any]] = {
+            "pages_metadata": {},
+            "pages_content": {},
+        }
+        self.updates = 0
+        self.lock = threading.Lock()
+        self.server = MockupDB(auto_ismaster=HELLO)
+        self.server.autoresponds(self.dispatch)
+
+    def dispatch(self, request: Any) -> bool:
+        name = request.command_name
+        if name.lower() in {"ismaster", "hello"}:
+            request.replies(HELLO)
+        elif name == "update":
+            return self.on_update(request)
+        elif name == "delete":
+            request.replies(ok=1, n=0)
+        else:  # createIndexes, endSessions...
+            request.ok()
+        return True
+
+    def on_update(self, request: Any) -> bool:
+        with self.lock:
+            self.updates += 1
+            fault = self.faults.pop(0) if self.faults else "ok"
+        coll = request.doc["update"]
+        ops = request.docs[1:] if len(request.docs) > 1 else request.doc["updates"]
+        if fault == "hangup":
+            request.hangup()
+            return True
+        if fault == "stepdown":
+            request.replies(ok=0, code=10107, errmsg="not writable primary")
+            return True
+        errors = []
+        for i, op in enumerate(ops):
+            doc_id = op["q"]["_id"]
+            if fault == "dupkey" and i == 1 and coll == "pages_metadata":
+                errors.append({"index": i, "code": 11000, "errmsg": "E11000 url"})
+                continue
+            self.docs[coll][doc_id] = op["u"]
+        reply: dict[str, Any] = {"ok": 1, "n": len(ops) - len(errors), "nModified": 0}
+        if errors:
+            reply["writeErrors"] = errors
+        request.replies(reply)
+        return True
+
+
+@pytest.fixture
+def fake_mongo(request: pytest.FixtureRequest) -> Iterator[FakeMongo]:
+    fake = FakeMongo(getattr(request, "param", []))
+    fake.server.run()
+    yield fake
+    fake.server.stop()
+
+
+def pages(n: int) -> list[Any]:
+    return [
+        prepare_page(
+            PageItem(
+                f"http://a.test/{i}",
+                f"http://a.test/{i}",
+                200,
+                f"fp{i}",
+                body=f"<p>page {i} {' filler' * 30}</p>".encode(),
+            )
+        )
+        for i in range(n)
+    ]
+
+
+def run_batcher(store: MongoStore, n: int, **kw: Any) -> tuple[list[str], list[Any]]:
+    stored: list[str] = []
+
+    async def main() -> list[Any]:
+        b = PageBatcher(
+            store,
+            batch_size=4,
+            flush_interval=0.05,
+            retry_initial=0.05,
+            retry_max=0.2,
+            on_stored=lambda ps, r: stored.extend(p.page_id for p in ps),
+            **kw,
+        )
+        await b.open()
+        for p in pages(n):
+            await b.put(p)
+        return await b.close()
+
+    return stored, asyncio.run(main())
+
+
+@pytest.mark.parametrize("fake_mongo", [["hangup"], ["stepdown"]], indirect=True)
+def test_transient_fault_mid_flush_is_retried_without_loss(
+    fake_mongo: FakeMongo,
+) -> None:
+    store = MongoStore(fake_mongo.server.uri, "db", timeout_ms=2000)
+    stored, unstored = run_batcher(store, 10)
+    assert unstored == []
+    assert sorted(stored) == sorted(f"fp{i}" for i in range(10))  # each once
+    assert sorted(fake_mongo.docs["pages_metadata"]) == sorted(stored)
+    assert sorted(fake_mongo.docs["pages_content"]) == sorted(stored)
+    assert fake_mongo.updates > 6  # 3 batches x 2 collections + the retry
+
+
+@pytest.mark.parametrize("fake_mongo", [["dupkey"]], indirect=True)
+def test_duplicate_key_is_a_per_document_error(fake_mongo: FakeMongo) -> None:
+    store = MongoStore(fake_mongo.server.uri, "db", timeout_ms=2000)
+    store.open()
+    batch = pages(3)
+    result = store.write_batch(
+        [p.metadata for p in batch], [p.content for p in batch if p.content]
+    )
+    store.close()
+    assert [(e.page_id, e.code) for e in result.errors] == [("fp1", 11000)]
+    assert result.written == 2
+    # The refused page's content is not written without its metadata.
+    assert sorted(fake_mongo.docs["pages_content"]) == ["fp0", "fp2"]
+
+
+def test_oversized_document_does_not_fail_the_batch(fake_mongo: FakeMongo) -> None:
+    store = MongoStore(fake_mongo.server.uri, "db", timeout_ms=2000)
+    store.open()
+    batch = pages(2)
+    assert batch[1].content is not None
+    batch[1].content["html_compressed"] = b"x" * (17 * 1024 * 1024)
+    result = store.write_batch(
+        [p.metadata for p in batch], [p.content for p in batch if p.content]
+    )
+    store.close()
+    assert [(e.page_id, e.collection) for e in result.errors] == [
+        ("fp1", "pages_content")
+    ]
+    assert sorted(fake_mongo.docs["pages_metadata"]) == ["fp0", "fp1"]
+    assert sorted(fake_mongo.docs["pages_content"]) == ["fp0"]
+
+
+def test_unreachable_server_applies_backpressure_and_loses_nothing() -> None:
+    store = MongoStore(f"mongodb://127.0.0.1:{free_port()}/", "db", timeout_ms=100)
+    pressure: list[bool] = []
+    stored, unstored = run_batcher(
+        store, 6, max_buffer=8, close_timeout=1.0, on_pressure=pressure.append
+    )
+    assert stored == []  # nothing acknowledged to the frontier
+    assert sorted(p.page_id for p in unstored) == sorted(f"fp{i}" for i in range(6))
+    assert pressure and pressure[0] is True

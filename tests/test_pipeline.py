@@ -1,0 +1,260 @@
+"""The batching pipeline: its core (PageBatcher) as plain asyncio code with a
+real writer thread and a real SQLite file, the duplicate index on a real
+redis-server, and the thin Scrapy glue built through get_crawler."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis.asyncio as aredis
+from scrapy.utils.misc import build_from_crawler
+from scrapy.utils.test import get_crawler
+
+from pipelines.batching import PageBatcher, PreparedPage, prepare_page
+from pipelines.dedup import EXACT, NEAR, DuplicateIndex
+from pipelines.storage import StoragePipeline
+from pipelines.stores.base import BatchResult, TransientStoreError
+from pipelines.stores.sqlite import SQLiteStore
+from webcrawl import defaults, signals
+from webcrawl.items import PageItem
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+WORDS = [f"w{i}" for i in range(600)]
+
+
+def item(n: int | str, text: str | None = None, **kw: Any) -> PageItem:
+    text = text or " ".join(f"page{n} {w}" for w in WORDS[:60])
+    body = f"<html><title>{n}</title><body><p>{text}</p></body></html>".encode()
+    return PageItem(
+        f"http://a.test/{n}", f"http://a.test/{n}", 200, f"fp{n}", body=body, **kw
+    )
+
+
+class FlakyStore(SQLiteStore):
+    """A real SQLite store that fails its first ``failures`` writes, or while
+    ``down`` is set."""
+
+    def __init__(self, path: Path, failures: int = 0) -> None:
+        super().__init__(path)
+        self.failures = failures
+        self.down = threading.Event()
+        self.calls = 0
+
+    def write_batch(self, metadata_docs: Any, content_docs: Any) -> BatchResult:
+        self.calls += 1
+        if self.failures > 0 or self.down.is_set():
+            self.failures -= 1
+            raise TransientStoreError("injected")
+        return super().write_batch(metadata_docs, content_docs)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_batches_by_size_and_on_close(tmp_path: Path) -> None:
+    stored: list[list[str]] = []
+    store = SQLiteStore(tmp_path / "p.sqlite3")
+
+    async def main() -> None:
+        b = PageBatcher(
+            store,
+            batch_size=4,
+            flush_interval=60,
+            on_stored=lambda pages, r: stored.append([p.page_id for p in pages]),
+        )
+        await b.open()
+        for i in range(10):
+            await b.put(prepare_page(item(i)))
+        await asyncio.sleep(0.3)
+        assert [len(s) for s in stored] == [4, 4]  # 2 left buffered
+        assert await b.close() == []
+
+    run(main())
+    assert [len(s) for s in stored] == [4, 4, 2]
+    check = SQLiteStore(tmp_path / "p.sqlite3")
+    assert check.count() == 10
+
+
+def test_flush_timer(tmp_path: Path) -> None:
+    stored: list[float] = []
+
+    async def main() -> None:
+        b = PageBatcher(
+            SQLiteStore(tmp_path / "p.sqlite3"),
+            batch_size=50,
+            flush_interval=0.2,
+            on_stored=lambda pages, r: stored.append(time.monotonic()),
+        )
+        await b.open()
+        start = time.monotonic()
+        await b.put(prepare_page(item(1)))
+        await asyncio.sleep(0.6)
+        assert len(stored) == 1 and 0.15 < stored[0] - start < 0.5
+        await b.close()
+
+    run(main())
+
+
+def test_retry_backpressure_and_no_loss(tmp_path: Path) -> None:
+    """While the store is down, put() blocks at max_buffer and pressure is
+    on; once it is back, every page is written exactly once."""
+    store = FlakyStore(tmp_path / "p.sqlite3")
+    store.down.set()
+    pressure: list[bool] = []
+    stored: list[str] = []
+
+    async def main() -> None:
+        b = PageBatcher(
+            store,
+            batch_size=5,
+            flush_interval=0.05,
+            max_buffer=10,
+            retry_initial=0.02,
+            retry_max=0.05,
+            on_stored=lambda pages, r: stored.extend(p.page_id for p in pages),
+            on_pressure=pressure.append,
+        )
+        await b.open()
+        for i in range(10):
+            await b.put(prepare_page(item(i)))
+        blocked = asyncio.ensure_future(b.put(prepare_page(item(10))))
+        await asyncio.sleep(0.3)
+        assert not blocked.done() and b.pending == 10 and b.pressure
+        assert stored == [] and store.calls >= 3
+        store.down.clear()
+        await asyncio.wait_for(blocked, 5)
+        for i in range(11, 30):
+            await b.put(prepare_page(item(i)))
+        assert await b.close() == []
+        assert not b.pressure
+
+    run(main())
+    assert pressure[0] is True and pressure[-1] is False
+    assert sorted(stored) == sorted(f"fp{i}" for i in range(30))
+    assert SQLiteStore(tmp_path / "p.sqlite3").count() == 30
+
+
+def test_close_gives_up_after_timeout_and_reports(tmp_path: Path) -> None:
+    store = FlakyStore(tmp_path / "p.sqlite3")
+    store.down.set()
+    stored: list[Any] = []
+
+    async def main() -> list[PreparedPage]:
+        b = PageBatcher(
+            store,
+            batch_size=2,
+            retry_initial=0.01,
+            close_timeout=0.3,
+            on_stored=lambda pages, r: stored.append(pages),
+        )
+        await b.open()
+        for i in range(5):
+            await b.put(prepare_page(item(i)))
+        return await b.close()
+
+    unstored = run(main())
+    assert stored == []  # nothing acknowledged
+    assert sorted(p.page_id for p in unstored) == [f"fp{i}" for i in range(5)]
+
+
+def test_duplicate_index(redis_url: str) -> None:
+    async def main() -> None:
+        client = aredis.Redis.from_url(redis_url)
+        idx = DuplicateIndex(client, "web")
+        base = simhash_of(" ".join(WORDS))
+        near = simhash_of(" ".join([*WORDS[:300], "changed", *WORDS[301:]]))
+        far = simhash_of(" ".join(reversed(WORDS)) + " other words entirely")
+        assert await idx.check("a", "h1", base) is None
+        assert await idx.check("a", "h1", base) is None  # a re-fetch of itself
+        dup = await idx.check("b", "h1", base)
+        assert dup is not None and (dup.kind, dup.of) == (EXACT, "a")
+        dup = await idx.check("c", "h2", near)
+        assert dup is not None and (dup.kind, dup.of) == (NEAR, "a")
+        assert dup.distance <= 3
+        assert await idx.check("d", "h3", far) is None
+        # "a" changes: its old fingerprints no longer match anything.
+        assert await idx.check("a", "h9", far ^ 0xFFFF_0000_0000_FFFF) is None
+        assert await idx.check("e", "h1", base) is None
+        await client.aclose()
+
+    run(main())
+
+
+def simhash_of(text: str) -> int:
+    from pipelines.processing import simhash
+
+    return simhash(text)
+
+
+def test_scrapy_glue_stores_dedups_and_signals(redis_url: str, tmp_path: Path) -> None:
+    crawler = get_crawler(
+        settings_dict={
+            "REDIS_URL": redis_url,
+            "SQLITE_PATH": str(tmp_path / "pages.sqlite3"),
+            "PIPELINE_BATCH_SIZE": 3,
+        }
+    )
+    got: list[PageItem] = []
+
+    def on_stored(items: list[PageItem]) -> None:
+        got.extend(items)
+
+    crawler.signals.connect(on_stored, signal=signals.items_stored, weak=False)
+    pipe = build_from_crawler(StoragePipeline, crawler)
+    text = " ".join(WORDS[:200])
+    items = [
+        item("orig", text),
+        item("copy", text),  # exact duplicate
+        item("near", " ".join([*WORDS[:100], "x", *WORDS[101:200]])),
+        PageItem("http://a.test/err", "http://a.test/err", 0, "fperr", error="boom"),
+        item("hidden", "<meta name=robots content=noindex>" + text[:50]),
+    ]
+
+    async def main() -> None:
+        await pipe.open_spider()
+        for it in items:
+            assert await pipe.process_item(it) is it
+        assert await pipe.process_item({"other": 1}) == {"other": 1}
+        await pipe.close_spider()
+
+    run(main())
+    assert sorted(i.url for i in got) == sorted(i.url for i in items)
+    store = SQLiteStore(tmp_path / "pages.sqlite3")
+    assert store.count() == 5
+    assert store.content_count() == 1  # only the original's content
+    copy = store.get_page("http://a.test/copy")
+    assert copy is not None and copy.metadata["duplicate_of"] == "fporig"
+    near = store.get_page("http://a.test/near")
+    assert near is not None and near.metadata["duplicate_kind"] == "near"
+    assert near.body == items[0].body
+    err = store.get_page("http://a.test/err")
+    assert err is not None and err.body is None and err.metadata["error"] == "boom"
+
+
+@pytest.mark.parametrize(
+    ("settings", "ok"),
+    [
+        ({}, True),
+        ({"PIPELINE_BATCH_SIZE": 0}, False),
+        ({"PIPELINE_ZLIB_LEVEL": 11}, False),
+    ],
+)
+def test_not_configured(settings: dict[str, Any], ok: bool, tmp_path: Path) -> None:
+    from scrapy.exceptions import NotConfigured
+
+    crawler = get_crawler(
+        settings_dict={"SQLITE_PATH": str(tmp_path / "p"), **settings}
+    )
+    if ok:
+        pipe = build_from_crawler(StoragePipeline, crawler)
+        assert pipe.batch_size == defaults.PIPELINE_BATCH_SIZE
+    else:
+        with pytest.raises(NotConfigured):
+            build_from_crawler(StoragePipeline, crawler)

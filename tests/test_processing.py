@@ -1,0 +1,73 @@
+"""Page processing: decoding, extraction, robots directives, fingerprints."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipelines.processing import content_hash, decode_html, extract, hamming, simhash
+
+
+@pytest.mark.parametrize(
+    ("body", "ctype", "expected"),
+    [
+        ("é".encode("cp1252"), "text/html; charset=windows-1252", "é"),
+        ("é".encode(), "text/html; charset=utf-8", "é"),
+        (b'<meta charset="koi8-r">' + "ж".encode("koi8-r"), None, "ж"),
+        (b"\xef\xbb\xbf" + "é".encode(), "text/html; charset=latin-1", "é"),
+        ("Grüße aus München, schöne Grüße".encode("cp1252"), None, "München"),
+    ],
+)
+def test_decoding_order(body: bytes, ctype: str | None, expected: str) -> None:
+    assert expected in decode_html(body, ctype)[1]
+
+
+@given(st.binary(max_size=2000))
+@settings(max_examples=150, deadline=None)
+def test_never_crashes_on_bytes(body: bytes) -> None:
+    page = extract(body, "http://a.test/", {"Content-Type": ["text/html"]})
+    assert isinstance(page.text, str)
+
+
+def test_extraction_and_boilerplate() -> None:
+    html = b"""<html lang="de"><head><title>T</title>
+    <meta name="description" content=" A  page ">
+    <link rel="canonical" href="/canon"></head><body>
+    <div class="site-menu"><a href="/a">A</a> <a href="/b">B</a></div>
+    <ul><li><a href="/1">one</a></li><li><a href="/2">two</a></li></ul>
+    <article><h1>Head</h1><p>Main text here with
+    <a href="http://x.test/y#frag" rel="nofollow noopener">a link</a>.</p></article>
+    <div id="cookie-banner">We use cookies</div><footer>Imprint</footer>
+    <script>var x = 1;</script></body></html>"""
+    page = extract(html, "http://a.test/dir/p", {"X-Robots-Tag": ["noindex"]})
+    assert page.title == "T" and page.description == "A page"
+    assert page.canonical == "http://a.test/canon" and page.language == "de"
+    assert page.text == "Head\nMain text here with a link."
+    assert page.noindex and not page.nofollow
+    urls = [link.url for link in page.links]
+    assert "http://x.test/y" in urls and "http://a.test/1" in urls
+    assert [link.url for link in page.follow_links()] == [
+        "http://a.test/a",
+        "http://a.test/b",
+        "http://a.test/1",
+        "http://a.test/2",
+    ]
+
+
+def test_nofollow_meta_and_agent_specific_header() -> None:
+    page = extract(
+        b'<meta name="robots" content="none"><a href="/x">x</a>',
+        "http://a.test/",
+        {"x-robots-tag": ["otherbot: noarchive"]},
+    )
+    assert page.noindex and page.nofollow and page.follow_links() == []
+
+
+def test_fingerprints() -> None:
+    text = " ".join(f"word{i}" for i in range(2000))
+    assert content_hash(text) == content_hash(text.upper() + "  ")
+    edited = text.replace("word1000 ", "changed ")
+    assert hamming(simhash(text), simhash(edited)) <= 3
+    other = " ".join(f"other{i}" for i in range(2000))
+    assert hamming(simhash(text), simhash(other)) > 10

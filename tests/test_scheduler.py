@@ -1,0 +1,294 @@
+"""Scheduler contract tests, after Scrapy's tests/test_scheduler.py: the same
+tests on every configuration, against a real redis-server, plus re-open
+checks that prove persistence.
+
+The scheduler's Redis work runs in an asyncio task, so the tests drive it in
+an asyncio loop and wait for that task to settle (no Twisted reactor needed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from scrapy import Request, Spider
+from scrapy.utils.test import get_crawler
+
+from extensions.embedded_redis import RedisProcess
+from extensions.scheduler import LEASE_META, RedisScheduler
+from webcrawl.items import PageItem
+from webcrawl.signals import items_stored
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+    from pathlib import Path
+
+    from scrapy.crawler import Crawler
+
+
+class ContractSpider(Spider):
+    name = "web"
+
+    def parse(self, response: Any, **kwargs: Any) -> None:  # pragma: no cover
+        pass
+
+
+CONFIGS = [
+    pytest.param({"FRONTIER_BATCH_SIZE": 1, "FRONTIER_BUFFER_SIZE": 2}, id="batch1"),
+    pytest.param({"FRONTIER_BATCH_SIZE": 32}, id="batch32"),
+    pytest.param(
+        {"FRONTIER_BATCH_SIZE": 8, "FRONTIER_PRIORITY_FUNCTION": ""}, id="raw-priority"
+    ),
+]
+
+
+def make_crawler(redis_url: str, **settings: Any) -> Crawler:
+    crawler = get_crawler(
+        ContractSpider,
+        {
+            "REDIS_URL": redis_url,
+            "SCHEDULER": "extensions.scheduler.RedisScheduler",
+            "DUPEFILTER_CLASS": "extensions.dupefilter.BloomDupeFilter",
+            "BLOOM_CAPACITY": 100_000,
+            "FRONTIER_PRIORITY_FUNCTION": "",
+            "FRONTIER_HEARTBEAT_INTERVAL": 0.2,
+            **settings,
+        },
+    )
+    crawler.spider = ContractSpider.from_crawler(crawler)
+    return crawler
+
+
+async def opened(crawler: Crawler) -> RedisScheduler:
+    scheduler = RedisScheduler.from_crawler(crawler)
+    assert crawler.spider is not None
+    scheduler.spider = crawler.spider
+    scheduler.open(crawler.spider)
+    await wait_for(lambda: scheduler._task is not None)
+    return scheduler
+
+
+async def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+async def drain(
+    scheduler: RedisScheduler, n: int, timeout: float = 10.0
+) -> list[Request]:
+    """Take ``n`` requests, waiting for the background task to lease them."""
+    out: list[Request] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        request = scheduler.next_request()
+        if request is None:
+            await asyncio.sleep(0.01)
+        else:
+            out.append(request)
+    return out
+
+
+def run(body: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_priority_order_and_fifo(redis_url: str, config: dict[str, Any]) -> None:
+    async def body() -> None:
+        s = await opened(make_crawler(redis_url, **config))
+        for i, prio in enumerate([0, 5, 0, 5, -1]):
+            assert s.enqueue_request(Request(f"http://a.test/{i}", priority=prio))
+        got = await drain(s, 5)
+        assert [r.url for r in got] == [f"http://a.test/{i}" for i in (1, 3, 0, 2, 4)]
+        assert s.next_request() is None
+        await s._close("finished")
+
+    run(body)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_pending_until_outcome_is_durable(
+    redis_url: str, config: dict[str, Any]
+) -> None:
+    async def body() -> None:
+        crawler = make_crawler(redis_url, **config)
+        s = await opened(crawler)
+        assert not s.has_pending_requests()
+        s.enqueue_request(Request("http://a.test/1"))
+        assert s.has_pending_requests()
+        (request,) = await drain(s, 1)
+        lease = request.meta[LEASE_META]
+        await asyncio.sleep(0.3)
+        # Fetched but not stored: the crawl is not finished.
+        assert s.has_pending_requests()
+        item = PageItem(url=request.url, final_url=request.url, status=200,
+                        fingerprint="00", lease=lease)  # fmt: skip
+        crawler.signals.send_catch_log(items_stored, items=[item])
+        await wait_for(lambda: not s.has_pending_requests())
+        assert crawler.stats is not None
+        assert crawler.stats.get_value("scheduler/acked") == 1
+        await s._close("finished")
+
+    run(body)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_duplicates_filtered_unless_dont_filter(
+    redis_url: str, config: dict[str, Any]
+) -> None:
+    async def body() -> None:
+        crawler = make_crawler(redis_url, **config)
+        s = await opened(crawler)
+        for url in ["http://a.test/x", "http://A.TEST:80/x#frag", "http://a.test/y"]:
+            s.enqueue_request(Request(url))
+        s.enqueue_request(Request("http://a.test/x", dont_filter=True))
+        got = await drain(s, 3)
+        await asyncio.sleep(0.2)
+        assert s.next_request() is None
+        assert sorted(r.url for r in got) == [
+            "http://a.test/x",
+            "http://a.test/x",
+            "http://a.test/y",
+        ]
+        assert crawler.stats is not None
+        assert crawler.stats.get_value("dupefilter/filtered") == 1
+        await s._close("finished")
+
+    run(body)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_reopen_keeps_queue_when_persisting(
+    redis_url: str, config: dict[str, Any]
+) -> None:
+    async def body() -> None:
+        s = await opened(make_crawler(redis_url, **config))
+        for i in range(5):
+            s.enqueue_request(Request(f"http://a.test/{i}"))
+        # Two leased and buffered but never started: handed back on close.
+        await drain(s, 0)
+        await s._close("shutdown")
+        s2 = await opened(make_crawler(redis_url, **config))
+        got = await drain(s2, 5)
+        assert sorted(r.url for r in got) == [f"http://a.test/{i}" for i in range(5)]
+        await s2._close("finished")
+
+    run(body)
+
+
+def test_no_persist_flushes_on_close(redis_url: str) -> None:
+    async def body() -> None:
+        s = await opened(make_crawler(redis_url, SCHEDULER_PERSIST=False))
+        s.enqueue_request(Request("http://a.test/1"))
+        await wait_for(lambda: not s._outbox and s._pending is None)
+        await s._close("finished")
+        s2 = await opened(make_crawler(redis_url))
+        await asyncio.sleep(0.3)
+        assert s2.next_request() is None
+        assert not s2.has_pending_requests()
+        # The dupefilter was flushed too: the URL is new again.
+        s2.enqueue_request(Request("http://a.test/1"))
+        assert len(await drain(s2, 1)) == 1
+        await s2._close("finished")
+
+    run(body)
+
+
+def test_flush_on_start(redis_url: str) -> None:
+    async def body() -> None:
+        s = await opened(make_crawler(redis_url))
+        s.enqueue_request(Request("http://a.test/1"))
+        await wait_for(lambda: not s._outbox and s._pending is None)
+        await s._close("shutdown")
+        s2 = await opened(make_crawler(redis_url, SCHEDULER_FLUSH_ON_START=True))
+        await asyncio.sleep(0.3)
+        assert s2.next_request() is None
+        await s2._close("finished")
+
+    run(body)
+
+
+def test_redirect_hands_over_its_lease(redis_url: str) -> None:
+    async def body() -> None:
+        crawler = make_crawler(redis_url)
+        s = await opened(crawler)
+        s.enqueue_request(Request("http://a.test/old"))
+        (parent,) = await drain(s, 1)
+        child = parent.replace(url="http://a.test/new")  # meta (lease) copied
+        s.enqueue_request(child)
+        (got,) = await drain(s, 1)
+        assert got.url == "http://a.test/new"
+        assert got.meta[LEASE_META] != parent.meta[LEASE_META]
+        stats = crawler.stats
+        assert stats is not None
+
+        def acked() -> bool:
+            return bool(stats.get_value("scheduler/acked") == 1)
+
+        await wait_for(acked)
+        await s._close("finished")
+
+    run(body)
+
+
+def test_unserializable_request_is_counted_and_kept(redis_url: str) -> None:
+    async def body() -> None:
+        crawler = make_crawler(redis_url)
+        s = await opened(crawler)
+
+        def callback(response: Any) -> None: ...
+
+        # A local function is no spider method: to_dict() cannot name it.
+        s.enqueue_request(Request("http://a.test/1", callback=callback))
+        (got,) = await drain(s, 1)
+        assert got.url == "http://a.test/1"
+        assert crawler.stats is not None
+        assert crawler.stats.get_value("scheduler/unserializable") == 1
+        await s._close("finished")
+
+    run(body)
+
+
+def test_expired_lease_of_dead_worker_is_reclaimed(redis_url: str) -> None:
+    async def body() -> None:
+        dead = await opened(make_crawler(redis_url, FRONTIER_LEASE_TIMEOUT=0.3))
+        dead.enqueue_request(Request("http://a.test/1"))
+        assert len(await drain(dead, 1)) == 1
+        dead._closing = True  # dies: no hand-back, no renewal
+        dead._wakeup.set()
+        alive = await opened(make_crawler(redis_url, FRONTIER_LEASE_TIMEOUT=0.3))
+        (got,) = await drain(alive, 1, timeout=5)
+        assert got.url == "http://a.test/1"
+        await alive._close("finished")
+
+    run(body)
+
+
+def test_waits_out_a_redis_restart(tmp_path: Path) -> None:
+    server = RedisProcess(tmp_path / "redis").start()
+    try:
+
+        async def body() -> None:
+            crawler = make_crawler(server.url, REDIS_RETRY_INITIAL=0.05)
+            s = await opened(crawler)
+            s.enqueue_request(Request("http://a.test/before"))
+            assert len(await drain(s, 1)) == 1
+            await asyncio.to_thread(server.stop)
+            s.enqueue_request(Request("http://a.test/during"))
+            await asyncio.sleep(0.5)
+            assert s.has_pending_requests()
+            await asyncio.to_thread(server.start, server.port)
+            (got,) = await drain(s, 1, timeout=15)
+            assert got.url == "http://a.test/during"
+            assert crawler.stats is not None
+            assert crawler.stats.get_value("scheduler/redis_errors") >= 1
+            await s._close("finished")
+
+        run(body)
+    finally:
+        server.stop()

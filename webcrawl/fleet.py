@@ -1,0 +1,102 @@
+"""Run a local fleet of ``scrapy crawl web`` workers (demo, tests, benchmarks).
+
+This is plain process management: each worker is a real ``scrapy crawl web``
+subprocess, exactly as an operator would start it, with settings passed as
+``-s NAME=value``. Seeds are pushed with the real ``redis-cli``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from extensions.embedded_redis import find_redis_binary
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def push_seeds(
+    redis_url: str, urls: Iterable[str], key: str = "web:start_urls"
+) -> None:
+    """``redis-cli -u URL lpush web:start_urls ...``, as the README says."""
+    urls = list(urls)
+    cli = find_redis_binary("redis-cli")
+    for i in range(0, len(urls), 500):
+        subprocess.run(
+            [cli, "-u", redis_url, "lpush", key, *urls[i : i + 500]],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+def worker_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["SCRAPY_SETTINGS_MODULE"] = "webcrawl.settings"
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p
+    )
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(extra or {})
+    return env
+
+
+def worker_command(
+    settings: Mapping[str, object], spider_args: Mapping[str, object] | None = None
+) -> list[str]:
+    cmd = [sys.executable, "-m", "scrapy", "crawl", "web"]
+    for name, value in settings.items():
+        cmd += ["-s", f"{name}={value}"]
+    for name, value in (spider_args or {}).items():
+        cmd += ["-a", f"{name}={value}"]
+    return cmd
+
+
+def start_worker(
+    settings: Mapping[str, object],
+    log_path: Path,
+    spider_args: Mapping[str, object] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            worker_command(settings, spider_args),
+            cwd=ROOT,
+            env=worker_env(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> list[int]:
+    """Wait for every worker; kill those still running after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    codes = []
+    for proc in procs:
+        try:
+            codes.append(proc.wait(max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            stop(proc)
+            codes.append(-9)
+    return codes
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

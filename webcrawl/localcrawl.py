@@ -1,0 +1,124 @@
+"""Crawl the sandbox web with a local fleet and report what happened.
+
+Shared by ``make demo`` (:mod:`webcrawl.demo`), the end-to-end tests and the
+benchmarks: start the sandbox web, push its seeds with ``redis-cli``, run N
+``scrapy crawl web`` workers until the crawl is done, then read the truth from
+the sandbox's own request record and from the page store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from extensions.keys import crawl_patterns, invalid_start_urls, start_urls
+from sandbox.process import SandboxProcess, min_gap_ms_by_host
+from webcrawl.fleet import push_seeds, start_worker, wait_all
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+
+    from sandbox.site import SiteSpec
+
+
+@dataclass
+class CrawlReport:
+    spec: SiteSpec
+    port: int
+    workers: int
+    seconds: float
+    exit_codes: list[int]
+    records: list[dict[str, Any]]
+    log_dir: Path
+    settings: dict[str, object]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def page_records(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["path"] != "/robots.txt"]
+
+    def fetch_counts(self) -> Counter[str]:
+        return Counter(
+            f"http://{r['host']}:{self.port}{r['path']}" for r in self.page_records
+        )
+
+    def disallowed_fetches(self) -> list[str]:
+        return [url for url in self.fetch_counts() if self.spec.is_disallowed(url)]
+
+    def robots_fetches(self) -> Counter[str]:
+        return Counter(r["host"] for r in self.records if r["path"] == "/robots.txt")
+
+    def min_gaps_ms(self, include_robots: bool = True) -> dict[str, float]:
+        exclude = () if include_robots else ("/robots.txt",)
+        return min_gap_ms_by_host(self.records, exclude_paths=exclude)
+
+    def fetch_seconds(self) -> float:
+        """From the first to the last request the sandbox saw."""
+        times = [r["t_ms"] for r in self.records]
+        return (max(times) - min(times)) / 1000 if len(times) > 1 else 0.0
+
+
+def reset_crawl(redis_url: str, prefix: str = "web") -> None:
+    """Delete every key of crawl ``prefix``, its seed lists included."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = [start_urls(prefix), invalid_start_urls(prefix)]
+        for pattern in crawl_patterns(prefix):
+            keys += list(client.scan_iter(match=pattern, count=1000))
+        client.unlink(*keys)
+    finally:
+        client.close()
+
+
+def crawl_sandbox(
+    spec: SiteSpec,
+    redis_url: str,
+    home: Path,
+    workers: int = 2,
+    settings: Mapping[str, object] | None = None,
+    timeout: float = 600.0,
+    during: Callable[[list[Any], SandboxProcess], None] | None = None,
+    extra_seeds: list[str] | None = None,
+) -> CrawlReport:
+    """Crawl ``spec`` from scratch with ``workers`` processes; see module doc.
+
+    ``during(procs, web)``, if given, runs while the workers crawl (fault
+    injection: kill and restart workers, restart Redis...).
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    log_dir = home / "logs"
+    reset_crawl(redis_url)
+    all_settings: dict[str, object] = {
+        "REDIS_URL": redis_url,
+        "WEBCRAWL_HOME": str(home),
+        "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
+        "SEED_POLL_INTERVAL": 0.5,
+        "WEB_ALLOWED_DOMAINS": "sandbox.test",
+        # A sandbox crawl is small: a 1 M-URL filter (1.8 MB) instead of the
+        # production default keeps each throw-away Redis small.
+        "BLOOM_CAPACITY": 1_000_000,
+        "LOG_LEVEL": "INFO",
+        **(settings or {}),
+    }
+    with SandboxProcess(spec, directory=home, max_seconds=timeout + 60) as web:
+        push_seeds(redis_url, [*web.seed_urls(), *(extra_seeds or [])])
+        start = time.monotonic()
+        procs = [
+            start_worker(all_settings, log_dir / f"worker-{n}.log")
+            for n in range(workers)
+        ]
+        if during is not None:
+            during(procs, web)
+        codes = wait_all(procs, timeout)
+        seconds = time.monotonic() - start
+        web.stop()
+        records = web.records()
+        port = web.port
+    return CrawlReport(
+        spec, port, workers, seconds, codes, records, log_dir, all_settings
+    )
