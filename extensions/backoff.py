@@ -30,7 +30,7 @@ from scrapy.exceptions import (
 from twisted.internet import error as twisted_error
 
 from extensions import keys
-from extensions.connection import async_client
+from extensions.connection import async_client, retry_redis
 from extensions.hosts import host_key, script
 from webcrawl import defaults
 
@@ -287,7 +287,9 @@ class BackoffMiddleware:
         lock = request.meta.get("politeness_lock") or {}
         hostkey = host_key(request)
         if lock.get("fails"):
-            opened = await self.backoff.succeed(hostkey)
+            opened = await retry_redis(
+                lambda: self.backoff.succeed(hostkey), "the back-off record"
+            )
             if opened:
                 stats.inc_value("backoff/breaker_closed")
                 logger.info("Circuit breaker of %s closed: it answers again", hostkey)
@@ -298,13 +300,16 @@ class BackoffMiddleware:
         if retry_after is not None:
             retry_after_ms = min(round(retry_after * 1000), self.max_ms)
             stats.inc_value("backoff/retry_after")
-        backoff_ms, _park, raised = await self.backoff.raise_backoff(
-            hostkey,
-            initial_ms=self.initial_ms,
-            max_ms=self.max_ms,
-            quiet_ms=self.quiet_ms,
-            jitter=self.jitter,
-            retry_after_ms=retry_after_ms,
+        backoff_ms, _park, raised = await retry_redis(
+            lambda: self.backoff.raise_backoff(
+                hostkey,
+                initial_ms=self.initial_ms,
+                max_ms=self.max_ms,
+                quiet_ms=self.quiet_ms,
+                jitter=self.jitter,
+                retry_after_ms=retry_after_ms,
+            ),
+            "the back-off record",
         )
         stats.inc_value(f"backoff/response_status_count/{response.status}")
         if raised:
@@ -328,11 +333,14 @@ class BackoffMiddleware:
         assert stats is not None
         hostkey = host_key(request)
         stats.inc_value("backoff/connection_failures")
-        fails, park = await self.backoff.fail(
-            hostkey,
-            threshold=self.threshold,
-            cooldown_ms=self.cooldown_ms,
-            max_cooldown_ms=self.max_cooldown_ms,
+        fails, park = await retry_redis(
+            lambda: self.backoff.fail(
+                hostkey,
+                threshold=self.threshold,
+                cooldown_ms=self.cooldown_ms,
+                max_cooldown_ms=self.max_cooldown_ms,
+            ),
+            "the back-off record",
         )
         if park:
             stats.inc_value("backoff/breaker_opened")

@@ -13,23 +13,42 @@ outside a crawl (commands, tests, benchmarks).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 import redis.asyncio as aredis
+from redis.exceptions import BusyLoadingError, ReadOnlyError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from extensions.embedded_redis import ensure_embedded
 from webcrawl import defaults
 from webcrawl.redact import redact_url
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+# Errors that mean "Redis is not there right now": wait and try again.
+TRANSIENT_REDIS_ERRORS = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    BusyLoadingError,
+    ReadOnlyError,
+    ConnectionResetError,
+    OSError,
+)
 
 _CLIENTS: weakref.WeakKeyDictionary[Crawler, aredis.Redis] = weakref.WeakKeyDictionary()
 
@@ -67,3 +86,44 @@ def async_client(crawler: Crawler) -> aredis.Redis:
         client = aredis.Redis.from_url(url, **_CLIENT_OPTIONS)
         _CLIENTS[crawler] = client
     return client
+
+
+class _Outage:
+    """Logs one outage once, however many callers wait it out."""
+
+    since: float | None = None
+
+
+async def retry_redis(
+    call: Callable[[], Awaitable[_T]],
+    what: str,
+    initial: float = 0.5,
+    maximum: float = 30.0,
+) -> _T:
+    """Await ``call()`` until Redis answers, backing off from ``initial`` to
+    ``maximum`` seconds; log the outage once. Used where a Redis error must
+    make a request wait rather than fail (a lost robots.txt or lock answer
+    would otherwise turn into a failed page)."""
+    delay = initial
+    while True:
+        try:
+            result = await call()
+        except TRANSIENT_REDIS_ERRORS as exc:
+            if _Outage.since is None:
+                _Outage.since = time.monotonic()
+                logger.error(
+                    "Redis unreachable (%s) during %s; waiting with back-off",
+                    type(exc).__name__,
+                    what,
+                )
+            await asyncio.sleep(delay)
+            delay = min(maximum, delay * 2)
+            continue
+        if _Outage.since is not None:
+            logger.warning(
+                "Redis answers again (%s waited %.1fs)",
+                what,
+                time.monotonic() - _Outage.since,
+            )
+            _Outage.since = None
+        return result

@@ -25,6 +25,7 @@ prefix, so on a Redis Cluster they stay in the ``{prefix}`` slot.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -47,6 +48,11 @@ local function schedule_host(ready, hkey, host, now)
   local t = math.max(tonumber(rec[1]) or 0, tonumber(rec[2]) or 0, now)
   redis.call('ZADD', ready, t, host)
 end
+local function queue_request(qprefix, host, prio, member, seq)
+  local s = redis.call('INCR', seq) % 68719476736
+  local score = (32768 - prio) * 68719476736 + s
+  return redis.call('ZADD', qprefix .. host, 'NX', score, member)
+end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -55,12 +61,12 @@ end
 
 # commit: push new requests and acknowledge finished leases, atomically, so a
 # redirect or retry hands its parent's lease over to the child with no window
-# in which neither is in Redis.
+# in which neither is in Redis; and drop the batch's write-ahead entry.
 # KEYS[1] ready ZSET, KEYS[2] seq counter, KEYS[3] leases ZSET,
-# KEYS[4] lease data HASH
+# KEYS[4] lease data HASH, KEYS[5] the worker's write-ahead HASH
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix,
-# ARGV[3] number of requests n, then n triples (host, priority, member),
-# then the lease ids to acknowledge.
+# ARGV[3] number of requests n, ARGV[4] write-ahead entry id ('' for none),
+# then n triples (host, priority, member), then the lease ids to acknowledge.
 # Returns {requests added, leases acknowledged}.
 COMMIT_LUA = (
     _LUA_SCHEDULE_HOST
@@ -71,20 +77,50 @@ local n = tonumber(ARGV[3])
 local now = now_ms()
 local added = 0
 for i = 0, n - 1 do
-  local host = ARGV[4 + i * 3]
-  local prio = tonumber(ARGV[5 + i * 3])
-  local member = ARGV[6 + i * 3]
-  local s = redis.call('INCR', seq) % 68719476736
-  local score = (32768 - prio) * 68719476736 + s
-  added = added + redis.call('ZADD', qprefix .. host, 'NX', score, member)
+  local host = ARGV[5 + i * 3]
+  local prio = tonumber(ARGV[6 + i * 3])
+  local member = ARGV[7 + i * 3]
+  added = added + queue_request(qprefix, host, prio, member, seq)
   schedule_host(ready, hprefix .. host, host, now)
 end
 local acked = 0
-for i = 4 + n * 3, #ARGV do
+for i = 5 + n * 3, #ARGV do
   acked = acked + redis.call('ZREM', leases, ARGV[i])
   redis.call('HDEL', ldata, ARGV[i])
 end
+if ARGV[4] ~= '' then redis.call('HDEL', KEYS[5], ARGV[4]) end
 return {added, acked}
+"""
+)
+
+# recover: requeue the write-ahead batches of workers that stopped beating
+# (killed between marking a batch seen in the dupefilter and queueing it).
+# Every request of such a batch is queued (ZADD NX): whether the dupefilter
+# called it new is unknown, and a re-crawl beats a lost URL.
+# KEYS[1] workers ZSET, KEYS[2] ready ZSET, KEYS[3] seq counter
+# ARGV[1] queue key prefix, ARGV[2] host record key prefix,
+# ARGV[3] write-ahead key prefix, ARGV[4] silence (ms) after which a worker
+# is dead. Returns the number of requests queued again.
+RECOVER_LUA = (
+    _LUA_SCHEDULE_HOST
+    + """
+local workers, ready, seq = KEYS[1], KEYS[2], KEYS[3]
+local qprefix, hprefix, wprefix = ARGV[1], ARGV[2], ARGV[3]
+local now = now_ms()
+local dead = redis.call('ZRANGEBYSCORE', workers, '-inf', now - tonumber(ARGV[4]))
+local n = 0
+for _, worker in ipairs(dead) do
+  local wal = wprefix .. worker
+  for _, blob in ipairs(redis.call('HVALS', wal)) do
+    for _, r in ipairs(cjson.decode(blob)) do
+      n = n + queue_request(qprefix, r[1], r[2], r[3], seq)
+      schedule_host(ready, hprefix .. r[1], r[1], now)
+    end
+  end
+  redis.call('DEL', wal)
+  redis.call('ZREM', workers, worker)
+end
+return n
 """
 )
 
@@ -234,24 +270,50 @@ class Frontier:
         self._commit = client.register_script(COMMIT_LUA)
         self._lease = client.register_script(LEASE_LUA)
         self._release = client.register_script(RELEASE_LUA)
+        self._recover = client.register_script(RECOVER_LUA)
 
     async def commit(
-        self, requests: Sequence[QueuedRequest] = (), acks: Iterable[str] = ()
+        self,
+        requests: Sequence[QueuedRequest] = (),
+        acks: Iterable[str] = (),
+        wal: tuple[str, str] | None = None,
     ) -> tuple[int, int]:
-        """Queue ``requests`` and acknowledge the leases ``acks`` in one step.
+        """Queue ``requests`` and acknowledge the leases ``acks`` in one step;
+        ``wal`` = (worker, entry id) names the write-ahead entry to drop.
 
         Returns (requests added, leases acknowledged). A request identical to
         one already queued for its host is not added twice.
         """
-        args: list[Any] = [self.keys.queue_prefix, self.keys.host_prefix, len(requests)]
+        worker, entry = wal or ("", "")
+        k = self.keys
+        args: list[Any] = [k.queue_prefix, k.host_prefix, len(requests), entry]
         for r in requests:
             args += [r.host, clamp_priority(r.priority), r.member]
         args += list(acks)
-        k = self.keys
         added, acked = await self._commit(
-            keys=[k.ready, k.seq, k.leases, k.lease_data], args=args
+            keys=[k.ready, k.seq, k.leases, k.lease_data, k.wal(worker)], args=args
         )
         return int(added), int(acked)
+
+    async def log_ahead(
+        self, worker: str, entry: str, requests: Sequence[QueuedRequest]
+    ) -> None:
+        """Write a batch ahead of the dupefilter: if this worker dies before
+        :meth:`commit`, a live worker queues the batch (:meth:`recover`)."""
+        blob = json.dumps(
+            [[r.host, clamp_priority(r.priority), r.member.decode()] for r in requests]
+        )
+        await self.client.hset(self.keys.wal(worker), entry, blob)
+
+    async def recover(self, dead_after_ms: int) -> int:
+        """Queue the write-ahead batches of workers silent for ``dead_after_ms``."""
+        k = self.keys
+        return int(
+            await self._recover(
+                keys=[k.workers, k.ready, k.seq],
+                args=[k.queue_prefix, k.host_prefix, k.wal_prefix, dead_after_ms],
+            )
+        )
 
     async def lease(
         self,

@@ -20,6 +20,8 @@ key                             type    what it holds
 ``web:{web}:lease``             HASH    lease id -> host, score and request
 ``web:{web}:seq``               STRING  arrival counter (FIFO within a priority)
 ``web:{web}:workers``           ZSET    worker id -> last heartbeat (ms)
+``web:{web}:wal:<worker>``      HASH    batches written ahead of the
+                                        dupefilter, until queued
 ``web:{web}:lock:<id>``         STRING  per-host download lock (token, PX);
                                         id: host, registered domain or IP
 ``web:robots:<host>``           HASH    cached robots.txt: status, body, time
@@ -64,12 +66,17 @@ class FrontierKeys:
         self.lease_data = tagged + "lease"
         self.seq = tagged + "seq"
         self.workers = tagged + "workers"
+        self.wal_prefix = tagged + "wal:"
 
     def queue(self, host: str) -> str:
         return self.queue_prefix + host
 
     def host(self, host: str) -> str:
         return self.host_prefix + host
+
+    def wal(self, worker: str) -> str:
+        """A worker's write-ahead batches (entry id -> JSON)."""
+        return self.wal_prefix + worker
 
     def pattern(self) -> str:
         """A SCAN pattern matching every frontier key of the crawl."""

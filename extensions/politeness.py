@@ -21,7 +21,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.resolver import dnscache
 
 from extensions import keys
-from extensions.connection import async_client
+from extensions.connection import async_client, retry_redis
 from extensions.hosts import (
     KEY_MODES,
     deferred_copy,
@@ -287,8 +287,11 @@ class PolitenessMiddleware:
         waits = 0
         while True:
             await self._local_capacity(request)
-            code, ms, fails = await self.lock.acquire(
-                lock_id, hostkey, token, self.default_ms, self.hold_ms
+            code, ms, fails = await retry_redis(
+                lambda: self.lock.acquire(
+                    lock_id, hostkey, token, self.default_ms, self.hold_ms
+                ),
+                "the host lock",
             )
             if code == ACQUIRED:
                 if not self._has_capacity(request):

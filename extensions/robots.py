@@ -24,7 +24,7 @@ from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from extensions import keys
-from extensions.connection import async_client
+from extensions.connection import async_client, retry_redis
 from extensions.hosts import deferred_copy, host_key, park_host, script, write_delay
 from extensions.politeness import RELEASE_SCRIPT, HostParked
 from webcrawl import defaults
@@ -242,7 +242,7 @@ class SharedRobotsTxtMiddleware:
         future: asyncio.Future[RobotsEntry] = asyncio.get_running_loop().create_future()
         self._pending[hostkey] = future
         try:
-            entry = await self._load(hostkey)
+            entry = await retry_redis(lambda: self._load(hostkey), "robots.txt")
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: no "never retrieved" warning
@@ -357,6 +357,11 @@ class SharedRobotsTxtMiddleware:
         failure = classify(status) == "disallow"
         if failure:
             stats.inc_value("robotstxt/failures")
+        early = self._entry(status, body, 0.0)
+        if early.parser is not None:
+            # Write the host's delay before the file is visible in the cache:
+            # a worker that finds the cached file must also find the delay.
+            await self._learn(hostkey, early.parser)
         failures, ttl_ms = await script(self.client, STORE_SCRIPT)(
             keys=[keys.robots(self.prefix, hostkey)],
             args=[
@@ -378,10 +383,7 @@ class SharedRobotsTxtMiddleware:
             await park_host(
                 self.client, keys.FrontierKeys(self.prefix).host(hostkey), int(ttl_ms)
             )
-        entry = self._entry(status, body, ttl)
-        if entry.parser is not None:
-            await self._learn(hostkey, entry.parser)
-        return entry
+        return self._entry(status, body, ttl)
 
     async def _learn(self, hostkey: str, parser: RobotParser) -> None:
         """Write the host's delay and hand its sitemaps to the frontier."""

@@ -37,11 +37,9 @@ import socket
 import time
 import uuid
 from collections import deque
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
-from redis.exceptions import BusyLoadingError, ReadOnlyError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
@@ -49,7 +47,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.defer import Deferred
 
 from extensions.canonical import canonicalize_url
-from extensions.connection import async_client
+from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.frontier import Frontier, QueuedRequest
 from extensions.hosts import host_key
 from extensions.keys import crawl_patterns
@@ -63,7 +61,7 @@ from webcrawl import defaults
 from webcrawl.signals import items_stored
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
+    from collections.abc import Awaitable, Callable
 
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
@@ -71,15 +69,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LEASE_META = "frontier_lease"
-# Errors that mean "Redis is not there right now": wait and try again.
-TRANSIENT_REDIS_ERRORS = (
-    RedisConnectionError,
-    RedisTimeoutError,
-    BusyLoadingError,
-    ReadOnlyError,
-    ConnectionResetError,
-    OSError,
-)
 # Leases are not renewed past this age: a request whose outcome never comes
 # (a bug, a lost signal) is then reclaimed instead of being held forever.
 MAX_LEASE_AGE = 3600.0
@@ -93,6 +82,17 @@ async def _maybe_await(result: Any) -> Any:
     if inspect.isawaitable(result):
         return await result
     return result
+
+
+@dataclass
+class _Batch:
+    """An outbox batch on its way to Redis (see ``RedisScheduler._sync_out``)."""
+
+    candidates: list[tuple[Request, QueuedRequest]]
+    acks: list[str]
+    entry: str
+    stage: str = "new"  # new -> logged -> (uncertain ->) deduped -> committed
+    queued: list[QueuedRequest] = field(default_factory=list)
 
 
 def worker_id() -> str:
@@ -172,7 +172,7 @@ class RedisScheduler(BaseScheduler):
         # Deduplicated requests and acknowledgements waiting for Redis: kept
         # apart from the outbox so a failed push is retried without running
         # the requests through the dupefilter again (they are marked seen).
-        self._pending: tuple[list[QueuedRequest], list[str]] | None = None
+        self._pending: _Batch | None = None
         self._warned_unserializable = False
 
     @classmethod
@@ -221,6 +221,14 @@ class RedisScheduler(BaseScheduler):
             returned = await self._retrying(self.frontier.release, unstarted, limit=5)
             logger.info("Handed back %s unstarted leases", returned)
         await self._retrying(self._sync_out, limit=5)
+        if self._pending is None:
+            # Nothing written ahead is left: no one needs to recover us.
+            await self._retrying(
+                self.frontier.client.zrem,
+                self.frontier.keys.workers,
+                self.worker,
+                limit=2,
+            )
         if self._memory:
             logger.warning(
                 "%s requests that cannot be stored in Redis are lost on close",
@@ -350,16 +358,26 @@ class RedisScheduler(BaseScheduler):
 
     async def _step(self) -> None:
         self._wakeup.clear()
-        await self._sync_out()
         now = time.monotonic()
+        # Beat first: a worker must be known alive before it writes ahead,
+        # or its write-ahead entries would never be recovered.
         if now >= self._next_heartbeat:
             await self._heartbeat()
             self._next_heartbeat = now + self.heartbeat
+        await self._sync_out()
         if len(self._buffer) <= self.buffer_size // 2 and now >= self._next_poll:
             await self._refill()
 
     async def _sync_out(self) -> None:
-        """Dedup the outbox, push it and send acknowledgements, in batches."""
+        """Dedup the outbox, push it and send acknowledgements, in batches.
+
+        A batch goes through stages kept in ``self._pending``, so a Redis
+        failure at any point retries from where it stopped: written ahead
+        (:meth:`Frontier.log_ahead`), run through the dupefilter, committed.
+        The dupefilter marks URLs seen as it answers; if its answer is lost
+        (connection dropped, worker killed), the batch is queued whole
+        rather than dropped as "seen".
+        """
         assert self.frontier is not None
         while self._pending or self._outbox or self._acks:
             if self._pending is None:
@@ -367,48 +385,58 @@ class RedisScheduler(BaseScheduler):
                     self._outbox.popleft() for _ in range(min(500, len(self._outbox)))
                 ]
                 acks, self._acks = self._acks, []
-                try:
-                    queued, parents = await self._dedup(batch)
-                except BaseException:
-                    self._acks[:0] = acks
-                    raise
-                self._pending = (queued, acks + parents)
-            queued, acks = self._pending
-            added, acked = await self.frontier.commit(queued, acks)
+                self._pending = self._prepare(batch, acks)
+            p = self._pending
+            if p.stage == "new":
+                if p.candidates:
+                    await self.frontier.log_ahead(
+                        self.worker, p.entry, [q for _, q in p.candidates]
+                    )
+                p.stage = "logged"
+            if p.stage == "logged":
+                checked = [r for r, _ in p.candidates if not r.dont_filter]
+                p.stage = "uncertain"
+                seen = iter(
+                    await self.dupefilter.requests_seen(checked) if checked else []
+                )
+                p.queued = []
+                for request, queued in p.candidates:
+                    if not request.dont_filter and next(seen):
+                        self.crawler.signals.send_catch_log(
+                            signals.request_dropped, request=request, spider=self.spider
+                        )
+                    else:
+                        p.queued.append(queued)
+                p.stage = "deduped"
+            if p.stage == "uncertain":
+                self.stats.inc_value("scheduler/dedup_uncertain", len(p.candidates))
+                p.queued = [q for _, q in p.candidates]
+                p.stage = "deduped"
+            wal = (self.worker, p.entry) if p.candidates else None
+            added, acked = await self.frontier.commit(p.queued, p.acks, wal)
             self._pending = None
-            if queued:
-                self.stats.inc_value("scheduler/enqueued/redis", len(queued))
-                self.stats.inc_value("scheduler/enqueued", len(queued))
+            if p.queued:
+                self.stats.inc_value("scheduler/enqueued/redis", len(p.queued))
+                self.stats.inc_value("scheduler/enqueued", len(p.queued))
                 # Work appeared: look for it now rather than at the next poll.
                 self._next_poll = 0.0
-            if acks:
+            if p.acks:
                 self.stats.inc_value("scheduler/acked", acked)
             if self.debug:
-                logger.debug("Pushed %s (%s new), acked %s", len(queued), added, acked)
-
-    async def _dedup(
-        self, batch: list[tuple[Request, str | None]]
-    ) -> tuple[list[QueuedRequest], list[str]]:
-        """Run ``batch`` through the dupefilter (one round trip); return what
-        to queue, and the leases of parents (redirects, retries), which end
-        with the child queued or filtered: they are acknowledged in the same
-        script that queues the child. On a Redis error the batch goes back
-        to the outbox."""
-        assert self.spider is not None
-        try:
-            checked = [r for r, _ in batch if not r.dont_filter]
-            seen = iter(await self.dupefilter.requests_seen(checked) if checked else [])
-        except BaseException:
-            self._outbox.extendleft(reversed(batch))
-            raise
-        queued: list[QueuedRequest] = []
-        parents = [parent for _, parent in batch if parent]
-        for request, _parent in batch:
-            if not request.dont_filter and next(seen):
-                self.crawler.signals.send_catch_log(
-                    signals.request_dropped, request=request, spider=self.spider
+                logger.debug(
+                    "Pushed %s (%s new), acked %s", len(p.queued), added, acked
                 )
-                continue
+
+    def _prepare(
+        self, batch: list[tuple[Request, str | None]], acks: list[str]
+    ) -> _Batch:
+        """Serialize and score ``batch``. Leases of parents (redirects,
+        retries) join the acknowledgements: they end with the child queued
+        or filtered, in the same script."""
+        candidates: list[tuple[Request, QueuedRequest]] = []
+        for request, parent in batch:
+            if parent:
+                acks.append(parent)
             try:
                 member = request_to_bytes(request, self.spider)
             except UnserializableRequest as exc:
@@ -421,8 +449,8 @@ class RedisScheduler(BaseScheduler):
                 else request.priority
             )
             self.host_counts.add(host)
-            queued.append(QueuedRequest(host, priority, member))
-        return queued, parents
+            candidates.append((request, QueuedRequest(host, priority, member)))
+        return _Batch(candidates, acks, uuid.uuid4().hex[:12])
 
     def _unserializable(self, request: Request, exc: Exception) -> None:
         self.stats.inc_value("scheduler/unserializable")
@@ -479,10 +507,18 @@ class RedisScheduler(BaseScheduler):
         renew += [lease for lease, _ in self._buffer]
         if renew:
             await self.frontier.extend(renew, int(self.lease_timeout * 1000))
-        self._remote_ready, self._remote_leases = await self.frontier.counts()
+        sec, usec = await self.frontier.client.time()
         await self.frontier.client.zadd(
-            self.frontier.keys.workers, {self.worker: int(time.time() * 1000)}
+            self.frontier.keys.workers,
+            {self.worker: int(sec) * 1000 + int(usec) // 1000},
         )
+        recovered = await self.frontier.recover(int(self.lease_timeout * 1000))
+        if recovered:
+            self.stats.inc_value("scheduler/recovered", recovered)
+            logger.warning(
+                "Queued again %s requests a stopped worker had not queued", recovered
+            )
+        self._remote_ready, self._remote_leases = await self.frontier.counts()
 
     async def _flush_keys(self) -> None:
         assert self.frontier is not None and self.spider is not None
@@ -495,7 +531,7 @@ class RedisScheduler(BaseScheduler):
 
     async def _retrying(
         self,
-        func: Callable[..., Coroutine[Any, Any, Any]],
+        func: Callable[..., Awaitable[Any]],
         *args: Any,
         limit: int | None = None,
     ) -> Any:

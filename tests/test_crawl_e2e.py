@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ import redis
 from scrapy.settings import Settings
 
 from extensions.embedded_redis import RedisProcess
+from extensions.keys import FrontierKeys
 from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec, crawl_delay_map
 from webcrawl.fleet import start_worker, stop
@@ -116,42 +118,64 @@ def test_fleet_politeness(redis_url: str, tmp_path: Path) -> None:
     assert max(report.robots_fetches().values()) == 1
 
 
+def in_flight(redis_url: str, pid: int) -> int:
+    """Requests worker ``pid`` holds in Redis: its leases and its batches
+    written ahead of the dupefilter."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        prefix = f"{socket.gethostname()}-{pid}-"
+        keys = FrontierKeys("web")
+        leases = sum(
+            1
+            for lease in client.hkeys(keys.lease_data)
+            if lease.decode().startswith(prefix)
+        )
+        batches = 0
+        for wal in client.scan_iter(match=keys.wal_prefix + prefix + "*"):
+            batches += sum(len(json.loads(v)) for v in client.hvals(wal))
+        return leases + batches
+    finally:
+        client.close()
+
+
 def test_sigkilled_workers_lose_nothing(redis_url: str, tmp_path: Path) -> None:
     spec = SiteSpec(seed=11, hosts=20, pages_per_host=15)
     settings = {"DOWNLOAD_DELAY": 0.05, "FRONTIER_LEASE_TIMEOUT": 3,
                 "FRONTIER_HEARTBEAT_INTERVAL": 1}  # fmt: skip
-    kills = 0
+    held_at_kill: list[int] = []
 
     def chaos(procs: list[Any], web: SandboxProcess) -> None:
-        nonlocal kills
         rng = random.Random(5)
         for n in range(3):
             time.sleep(rng.uniform(1.0, 3.0))
             victim = rng.randrange(len(procs))
+            held_at_kill.append(in_flight(redis_url, procs[victim].pid))
             stop(procs[victim])
-            kills += 1
             procs[victim] = start_worker(
-                {**report_settings, **settings},
+                {**worker_settings, **settings},
                 tmp_path / "logs" / f"restarted-{n}.log",
             )
 
-    report_settings = {
+    worker_settings = {
         "REDIS_URL": redis_url,
         "WEBCRAWL_HOME": str(tmp_path),
         "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
         "SEED_POLL_INTERVAL": 0.5,
         "WEB_ALLOWED_DOMAINS": "sandbox.test",
+        "BLOOM_CAPACITY": 1_000_000,
     }
     report = crawl_sandbox(
         spec, redis_url, tmp_path, workers=2, settings=settings, during=chaos,
         timeout=300,
     )  # fmt: skip
-    assert kills == 3
+    assert len(held_at_kill) == 3
     assert_complete(report, tmp_path)
-    # Fetched twice only what was in flight when a worker died: bounded by
-    # the kills times what one worker holds (its buffer plus its downloads).
+    # Fetched twice: only what a killed worker held (its leases and its
+    # batches written ahead), plus a margin for live workers whose lease ran
+    # out while the 2-core machine was busy restarting processes.
     twice = sum(n - 1 for n in report.fetch_counts().values() if n > 1)
-    assert twice <= kills * 2 * 32
+    print(f"in flight at the kills: {held_at_kill}, fetched twice: {twice}")
+    assert twice <= sum(held_at_kill) + 50
 
 
 def test_crawl_waits_out_a_redis_restart(tmp_path: Path) -> None:

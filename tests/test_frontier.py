@@ -182,3 +182,19 @@ def test_queued_request_memory(redis_url: str, redis_client: redis.Redis) -> Non
     per_request = total / (n_hosts * per_host)
     print(f"Redis bytes per queued request: {per_request:.1f}")
     assert per_request <= 200
+
+
+def test_write_ahead_of_a_dead_worker_is_queued_again(redis_url: str) -> None:
+    async def body(f: Frontier) -> None:
+        await f.client.zadd(f.keys.workers, {"dead": 0, "alive": 10**13})
+        await f.log_ahead("dead", "e1", [q("http://a.test/1"), q("http://a.test/2")])
+        await f.log_ahead("alive", "e2", [q("http://a.test/3")])
+        assert await f.recover(dead_after_ms=60_000) == 2
+        got = await f.lease(10, "w", 60_000, 0)
+        assert urls(got.leases) == ["http://a.test/1", "http://a.test/2"]
+        assert await f.client.exists(f.keys.wal("dead")) == 0
+        # A committed batch leaves nothing to recover.
+        await f.commit([q("http://a.test/3")], wal=("alive", "e2"))
+        assert await f.client.hlen(f.keys.wal("alive")) == 0
+
+    run(redis_url, body)

@@ -292,3 +292,32 @@ def test_waits_out_a_redis_restart(tmp_path: Path) -> None:
         run(body)
     finally:
         server.stop()
+
+
+def test_lost_dupefilter_answer_queues_the_batch(redis_url: str) -> None:
+    """The dupefilter marked the URLs seen but its answer never arrived (the
+    connection dropped): the retry must not drop them as duplicates."""
+
+    async def body() -> None:
+        crawler = make_crawler(redis_url, REDIS_RETRY_INITIAL=0.05)
+        s = await opened(crawler)
+        real = s.dupefilter.requests_seen
+        calls = 0
+
+        async def lossy(requests: list[Request]) -> list[bool]:
+            nonlocal calls
+            calls += 1
+            await real(requests)  # the bits are set...
+            if calls == 1:  # ...but the answer is lost
+                raise ConnectionError("connection dropped")
+            return await real(requests)
+
+        s.dupefilter.requests_seen = lossy  # type: ignore[method-assign]
+        s.enqueue_request(Request("http://a.test/1"))
+        (got,) = await drain(s, 1)
+        assert got.url == "http://a.test/1"
+        assert crawler.stats is not None
+        assert crawler.stats.get_value("scheduler/dedup_uncertain") == 1
+        await s._close("finished")
+
+    run(body)
