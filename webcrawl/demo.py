@@ -67,7 +67,9 @@ def main() -> int:
     print()
     print(f"workers                        {workers} (exit codes {report.exit_codes})")
     print(
-        f"pages stored                   {stored} (reachable and allowed: {expected})"
+        f"records stored                 {stored} (pages reachable and allowed: "
+        f"{expected}; the rest are URLs kept on record unfetched: robots-"
+        "forbidden or failed)"
     )
     print(f"pages fetched                  {fetched} in {seconds:.1f}s")
     print(f"pages/s                        {fetched / seconds if seconds else 0:.1f}")
