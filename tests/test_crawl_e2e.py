@@ -199,3 +199,27 @@ def test_crawl_waits_out_a_redis_restart(tmp_path: Path) -> None:
         server.stop()
     assert report.exit_codes == [0, 0]
     assert_complete(report, tmp_path)
+
+
+def test_duplicate_pages_are_flagged_not_stored_twice(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The sandbox serves one page under three URLs and two near copies of
+    it: the store keeps one content and flags the other four."""
+    spec = SiteSpec(
+        seed=2, hosts=3, pages_per_host=4, features=frozenset({"duplicates"})
+    )
+    report = crawl_sandbox(
+        spec, redis_url, tmp_path, workers=1, settings={"DOWNLOAD_DELAY": 0.02},
+        timeout=180,
+    )  # fmt: skip
+    assert report.exit_codes == [0]
+    assert_complete(report, tmp_path)
+    pages = stored_urls(tmp_path)
+    dups = {u: p for u, p in pages.items() if "/dup/" in u}
+    assert len(dups) == 5
+    flagged = {u for u, p in dups.items() if p.metadata.get("duplicate_of")}
+    assert len(flagged) == 4, sorted(flagged)
+    # A duplicate reads back as its original's content.
+    bodies = {p.body for p in dups.values()}
+    assert all(bodies)
