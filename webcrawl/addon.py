@@ -6,14 +6,19 @@ turns off what they replace (Scrapy's per-process robots middleware). Values
 a user sets at a higher priority (``-s``, scrapyd ``setting=``, a spider's
 ``custom_settings``) still win.
 
-Settings read: none (it only writes defaults at ``addon`` priority).
+Settings read: ``REDIS_URL`` and ``WEBCRAWL_HOME``: when no Redis is
+configured, the add-on starts (or finds) the embedded one here, before the
+crawl starts, so no component ever starts a process on the reactor thread.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
+from extensions.embedded_redis import ensure_embedded
 from extensions.politeness import DOWNLOADER_MIDDLEWARES
+from webcrawl import defaults
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -34,3 +39,10 @@ class Webcrawl:
         settings.set("ROBOTSTXT_OBEY", False, "addon")
         settings["DOWNLOADER_MIDDLEWARES"].update(DOWNLOADER_MIDDLEWARES)
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
+        if not settings.get("REDIS_URL") and not os.environ.get("REDIS_URL"):
+            home = (
+                settings.get("WEBCRAWL_HOME")
+                or os.environ.get("WEBCRAWL_HOME")
+                or defaults.WEBCRAWL_HOME
+            )
+            settings.set("REDIS_URL", ensure_embedded(home), "addon")

@@ -1,0 +1,61 @@
+"""The add-on switches the whole system on, and user settings still win."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import redis
+from scrapy.settings import Settings
+
+from extensions.embedded_redis import stop_embedded
+from webcrawl.addon import DUPEFILTER, ITEM_PIPELINES, SCHEDULER, Webcrawl
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pytest
+
+
+def settings(**values: object) -> Settings:
+    s = Settings()
+    s.setdict(values, priority="cmdline")
+    return s
+
+
+def test_switches_components_on(redis_url: str) -> None:
+    s = settings(REDIS_URL=redis_url)
+    Webcrawl().update_settings(s)
+    assert s["SCHEDULER"] == SCHEDULER
+    assert s["DUPEFILTER_CLASS"] == DUPEFILTER
+    assert s.getbool("ROBOTSTXT_OBEY") is False
+    mws = s.getdict("DOWNLOADER_MIDDLEWARES")
+    assert mws["extensions.politeness.PolitenessMiddleware"] == 950
+    assert mws["scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"] is None
+    assert s.getdict("ITEM_PIPELINES") == ITEM_PIPELINES
+
+
+def test_command_line_wins(redis_url: str) -> None:
+    s = settings(REDIS_URL=redis_url, SCHEDULER="my.Scheduler")
+    Webcrawl().update_settings(s)
+    assert s["SCHEDULER"] == "my.Scheduler"
+
+
+def test_starts_the_embedded_redis_without_redis_url(
+    webcrawl_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    s = settings()
+    try:
+        Webcrawl().update_settings(s)
+        url = s["REDIS_URL"]
+        assert url.startswith("redis://127.0.0.1:")
+        assert redis.Redis.from_url(url).ping()
+        # A second worker on the machine finds the same server.
+        again = settings()
+        Webcrawl().update_settings(again)
+        assert again["REDIS_URL"] == url
+        assert (webcrawl_home / "redis" / "appendonly.aof").exists() or any(
+            (webcrawl_home / "redis").glob("appendonly*")
+        )
+    finally:
+        assert stop_embedded(webcrawl_home)
