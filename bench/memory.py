@@ -1,7 +1,8 @@
 """Memory per queued request and per seen URL, each system through its own code.
 
-``N`` requests (URLs over 100 hosts, a ``Referer`` header and ``depth`` meta,
-as a crawl queues them) go through:
+``N`` requests (URLs over 100 hosts with ``depth`` meta, as a crawl with the
+project's settings queues them: ``REFERER_ENABLED`` is off, see
+``webcrawl/settings.py``) go through:
 
 * stock Scrapy: its in-process ``ScrapyPriorityQueue`` of ``FifoMemoryQueue``
   (the default ``SCHEDULER_MEMORY_QUEUE``) and ``RFPDupeFilter``'s set of
@@ -59,7 +60,6 @@ def requests(n: int) -> Iterator[Request]:
         host = f"site-{i % HOSTS:03d}.sandbox.test:8080"
         yield Request(
             f"http://{host}/news/amber-oak-{i // HOSTS}.html",
-            headers={"Referer": f"http://{host}/"},
             meta={"depth": 3},
         )
 

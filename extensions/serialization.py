@@ -68,7 +68,11 @@ def _encode_value(value: Any) -> Any:
         # marker, which round-trips every byte.
         return {"$b": value.decode("latin-1")}
     if isinstance(value, dict):
-        return {str(k): _encode_value(v) for k, v in value.items()}
+        # Header names are bytes: JSON keys must be text (latin-1 round-trips).
+        return {
+            (k.decode("latin-1") if isinstance(k, bytes) else str(k)): _encode_value(v)
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
         return [_encode_value(v) for v in value]
     if value is None or isinstance(value, str | int | float | bool):
@@ -128,6 +132,10 @@ def request_from_bytes(
     >>> r = request_from_bytes(b'https://a.test/x\\n{"m":{"depth":2}}', priority=3)
     >>> r.url, r.meta["depth"], r.priority
     ('https://a.test/x', 2, 3)
+    >>> from scrapy import Request
+    >>> h = Request("https://a.test/", headers={"Referer": "https://b.test/"})
+    >>> request_from_bytes(request_to_bytes(h)).headers["Referer"]
+    b'https://b.test/'
     """
     text = data.decode()
     url, _, tail = text.partition("\n")

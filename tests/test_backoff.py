@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
-import threading
+import itertools
 import time
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,12 +17,14 @@ from scrapy.utils.test import get_crawler
 
 from extensions import keys
 from extensions.backoff import BackoffMiddleware
-from extensions.politeness import DOWNLOADER_MIDDLEWARES
+from tests.httpserver import LogServer, Reply, Route, crawl, reply
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
     import redis
 
-ROOT = Path(__file__).resolve().parent.parent
 HOST = "http://a.test:80"
 RECORD = keys.FrontierKeys("web").host(HOST)
 
@@ -143,62 +139,16 @@ def test_breaker_reopens_for_longer(redis_url: str, redis_client: redis.Redis) -
 # -- Retry-After through a real crawl ------------------------------------------
 
 
-class RetryAfterServer:
-    """Answers each page once with 429 and the given Retry-After, then 200;
-    logs arrival times."""
+def retry_after_once(value: Callable[[], str]) -> Route:
+    """429 with ``Retry-After: value()`` the first time, then 200."""
+    calls = itertools.count()
 
-    def __init__(self, retry_after: dict[str, str]) -> None:
-        self.retry_after = retry_after
-        self.log: list[tuple[float, str, int]] = []
-        server = self
+    def route() -> Reply:
+        if next(calls) == 0:
+            return 429, {"Retry-After": value()}, b"ok"
+        return 200, {}, b"ok"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                first = not any(p == self.path for _, p, _ in server.log)
-                value = server.retry_after.get(self.path)
-                status = 429 if first and value is not None else 200
-                if self.path == "/robots.txt":
-                    status = 404
-                server.log.append((time.monotonic(), self.path, status))
-                self.send_response(status)
-                if status == 429:
-                    self.send_header(
-                        "Retry-After", str(value() if callable(value) else value)
-                    )
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-SPIDER = """
-import json, os
-import scrapy
-
-class TestSpider(scrapy.Spider):
-    name = "web"
-
-    async def start(self):
-        for url in json.loads(os.environ["TEST_URLS"]):
-            yield scrapy.Request(url, dont_filter=True)
-
-    def parse(self, response):
-        pass
-
-    def closed(self, reason):
-        with open(os.environ["TEST_STATS"], "w") as f:
-            json.dump(self.crawler.stats.get_stats(), f, default=str)
-"""
+    return route
 
 
 @pytest.mark.slow
@@ -211,32 +161,13 @@ def test_retry_after_parks_the_host(
             return "2"
         return formatdate(time.time() + 3, usegmt=True)  # whole seconds: 2..3 s
 
-    server = RetryAfterServer({"/page": header})  # type: ignore[dict-item]
-    try:
-        (tmp_path / "spider.py").write_text(SPIDER)
-        settings = {
-            "REDIS_URL": redis_url,
-            "DOWNLOADER_MIDDLEWARES": json.dumps(DOWNLOADER_MIDDLEWARES),
-            "TELNETCONSOLE_ENABLED": "False",
-            "LOG_LEVEL": "INFO",
-        }
-        args = [sys.executable, "-m", "scrapy", "runspider", "spider.py"]
-        for k, v in settings.items():
-            args += ["-s", f"{k}={v}"]
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        env["TEST_URLS"] = json.dumps([server.url + "/page"])
-        env["TEST_STATS"] = str(tmp_path / "stats.json")
-        proc = subprocess.run(
-            args, check=False, cwd=tmp_path, env=env, capture_output=True, timeout=60
-        )
-        assert proc.returncode == 0, proc.stderr.decode()
-    finally:
-        server.close()
-    pages = [(t, status) for t, path, status in server.log if path == "/page"]
+    routes = {"/robots.txt": reply(b"ok", 404), "/page": retry_after_once(header)}
+    with LogServer(routes) as server:
+        stats = crawl(tmp_path, redis_url, [server.url + "/page"])
+    pages = [(hit.at, hit.status) for hit in server.log if hit.path == "/page"]
     assert [status for _, status in pages] == [429, 200]
     # The retry waited out the Retry-After (the park), not the 60 s back-off.
     assert 1.9 <= pages[1][0] - pages[0][0] < 10
-    stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats["backoff/retry_after"] == 1
     assert stats["politeness/lock_waits"] >= 1
     assert not redis_client.hget(keys.FrontierKeys("web").host(server.url), "backoff")

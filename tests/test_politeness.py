@@ -5,16 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
-import os
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -29,133 +21,18 @@ from extensions import keys
 from extensions.hosts import HostRecord, host_key
 from extensions.politeness import (
     ACQUIRED,
-    DOWNLOADER_MIDDLEWARES,
     HELD,
     PARKED,
     HostLock,
     PolitenessMiddleware,
 )
-from webcrawl import defaults
+from tests.httpserver import Crawl, LogServer, reply
 
-ROOT = Path(__file__).resolve().parent.parent
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
 HOST = "http://a.test:80"
-
-# -- a loopback web server that logs when each request arrives ---------------
-
-Route = Callable[[BaseHTTPRequestHandler], tuple[int, dict[str, str], bytes]]
-
-
-class LogServer:
-    """http.server in a thread on an ephemeral port; ``log`` holds
-    ``(monotonic time, path)`` of each request as it arrives."""
-
-    def __init__(self, routes: dict[str, Route] | None = None) -> None:
-        self.routes = routes or {}
-        self.log: list[tuple[float, str]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                server.log.append((time.monotonic(), self.path))
-                route = server.routes.get(self.path)
-                if route is None:
-                    status, headers, body = 200, dict[str, str](), b"<html>ok</html>"
-                else:
-                    status, headers, body = route(self)
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> LogServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    def times(self, prefix: str) -> list[float]:
-        return sorted(t for t, path in self.log if path.startswith(prefix))
-
-
-SPIDER = """
-import json, os
-import scrapy
-
-class TestSpider(scrapy.Spider):
-    name = "web"
-
-    async def start(self):
-        for url in json.loads(os.environ["TEST_URLS"]):
-            yield scrapy.Request(url, dont_filter=True, errback=self.failed)
-
-    def parse(self, response):
-        pass
-
-    def failed(self, failure):
-        pass
-
-    def closed(self, reason):
-        with open(os.environ["TEST_STATS"], "w") as f:
-            json.dump(self.crawler.stats.get_stats(), f, default=str)
-"""
-
-
-def start_crawl(
-    tmp: Path, name: str, redis_url: str, urls: list[str], **settings: Any
-) -> tuple[subprocess.Popen[bytes], Path]:
-    """Start ``scrapy runspider`` of a tiny spider with webcrawl's politeness
-    middlewares; returns the process and the path its stats will be at."""
-    spider = tmp / "spider.py"
-    spider.write_text(SPIDER)
-    stats = tmp / f"{name}.stats.json"
-    base = {
-        "REDIS_URL": redis_url,
-        "DOWNLOADER_MIDDLEWARES": json.dumps(DOWNLOADER_MIDDLEWARES),
-        "TELNETCONSOLE_ENABLED": "False",
-        "LOG_LEVEL": "INFO",
-        "USER_AGENT": defaults.WEBCRAWL_USER_AGENT,
-        "CONCURRENT_REQUESTS": "16",
-    }
-    base.update({k: str(v) for k, v in settings.items()})
-    args = [sys.executable, "-m", "scrapy", "runspider", str(spider)]
-    for k, v in base.items():
-        args += ["-s", f"{k}={v}"]
-    env = dict(os.environ)
-    env.update(
-        PYTHONPATH=str(ROOT),
-        TEST_URLS=json.dumps(urls),
-        TEST_STATS=str(stats),
-    )
-    with open(tmp / f"{name}.log", "wb") as log:
-        proc = subprocess.Popen(args, cwd=tmp, env=env, stdout=log, stderr=log)
-    return proc, stats
-
-
-def finish(tmp: Path, name: str, proc: subprocess.Popen[bytes], stats: Path) -> dict:
-    proc.wait(60)
-    log = (tmp / f"{name}.log").read_text()
-    assert proc.returncode == 0, log
-    assert "Traceback" not in log, log
-    return dict(json.loads(stats.read_text()))
-
-
-def crawl(
-    tmp: Path, redis_url: str, urls: list[str], **settings: Any
-) -> dict[str, Any]:
-    proc, stats = start_crawl(tmp, "w0", redis_url, urls, **settings)
-    return finish(tmp, "w0", proc, stats)
 
 
 # -- the lock scripts on a real Redis ----------------------------------------
@@ -350,8 +227,9 @@ def test_middleware_defers_a_parked_host(
 
 @pytest.fixture
 def site() -> Iterator[LogServer]:
-    robots = b"User-agent: *\nDisallow: /private\n"
-    with LogServer({"/robots.txt": lambda h: (200, {}, robots)}) as server:
+    robots = reply(b"User-agent: *\nDisallow: /private\n")
+    html = reply(b"<html>ok</html>")
+    with LogServer({"/robots.txt": robots}, default=html) as server:
         yield server
 
 
@@ -362,11 +240,10 @@ def test_two_workers_share_the_delay_and_robots(
     """Two crawler processes fetch one host: downloads start >= DOWNLOAD_DELAY
     apart across both, robots.txt is fetched once, /private never."""
     urls = [f"{site.url}/page/{n}" for n in range(6)] + [f"{site.url}/private/1"]
-    procs = [
-        start_crawl(tmp_path, f"w{n}", redis_url, urls, DOWNLOAD_DELAY=0.2)
-        for n in range(2)
+    crawls = [
+        Crawl(tmp_path, redis_url, urls, f"w{n}", DOWNLOAD_DELAY=0.2) for n in range(2)
     ]
-    stats = [finish(tmp_path, f"w{n}", *p) for n, p in enumerate(procs)]
+    stats = [c.finish() for c in crawls]
     starts = sorted(site.times("/"))
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert len(site.times("/page/")) == 12

@@ -4,18 +4,9 @@ limit and garbage, by one real crawl against loopback servers."""
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import random
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from scrapy.exceptions import NotConfigured
@@ -23,107 +14,23 @@ from scrapy.utils.test import get_crawler
 
 from extensions import keys
 from extensions.embedded_redis import free_port
-from extensions.politeness import DOWNLOADER_MIDDLEWARES
 from extensions.robots import SharedRobotsTxtMiddleware
+from tests.httpserver import LogServer, Route, crawl, reply
 from webcrawl import defaults
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
     import redis
-
-ROOT = Path(__file__).resolve().parent.parent
-
-Route = Callable[[], tuple[int, dict[str, str], bytes]]
-
-
-class LogServer:
-    """http.server in a thread on an ephemeral port, logging request paths."""
-
-    def __init__(self, routes: dict[str, Route]) -> None:
-        self.routes = routes
-        self.log: list[str] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                server.log.append(self.path)
-                route = server.routes.get(self.path)
-                status, headers, body = route() if route else (200, {}, b"ok")
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    def count(self, path: str) -> int:
-        return self.log.count(path)
-
-
-SPIDER = """
-import json, os
-import scrapy
-
-class TestSpider(scrapy.Spider):
-    name = "web"
-
-    async def start(self):
-        for url in json.loads(os.environ["TEST_URLS"]):
-            yield scrapy.Request(url, dont_filter=True, errback=self.failed)
-
-    def parse(self, response):
-        pass
-
-    def failed(self, failure):
-        pass
-
-    def closed(self, reason):
-        with open(os.environ["TEST_STATS"], "w") as f:
-            json.dump(self.crawler.stats.get_stats(), f, default=str)
-"""
-
-
-def crawl(tmp: Path, redis_url: str, urls: list[str], **settings: Any) -> dict:
-    (tmp / "spider.py").write_text(SPIDER)
-    base = {
-        "REDIS_URL": redis_url,
-        "DOWNLOADER_MIDDLEWARES": json.dumps(DOWNLOADER_MIDDLEWARES),
-        "TELNETCONSOLE_ENABLED": "False",
-        "LOG_LEVEL": "INFO",
-        "USER_AGENT": defaults.WEBCRAWL_USER_AGENT,
-        **{k: str(v) for k, v in settings.items()},
-    }
-    args = [sys.executable, "-m", "scrapy", "runspider", "spider.py"]
-    for k, v in base.items():
-        args += ["-s", f"{k}={v}"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TEST_URLS=json.dumps(urls))
-    env["TEST_STATS"] = str(tmp / "stats.json")
-    proc = subprocess.run(
-        args, check=False, cwd=tmp, env=env, capture_output=True, timeout=60
-    )
-    log = proc.stderr.decode()
-    assert proc.returncode == 0, log
-    assert "Traceback" not in log, log
-    return dict(json.loads((tmp / "stats.json").read_text()))
 
 
 def robots(body: bytes, status: int = 200) -> Route:
-    return lambda: (status, {"Content-Type": "text/plain"}, body)
+    return reply(body, status, Content_Type="text/plain")
 
 
 def redirect(to: str) -> Route:
-    return lambda: (301, {"Location": to}, b"")
+    return reply(b"", 301, Location=to)
 
 
 def chain(n: int, final: bytes) -> dict[str, Route]:
@@ -132,11 +39,6 @@ def chain(n: int, final: bytes) -> dict[str, Route]:
     routes = {a: redirect(b) for a, b in itertools.pairwise(hops)}
     routes[hops[-1]] = robots(final)
     return routes
-
-
-def slow_robots() -> tuple[int, dict[str, str], bytes]:
-    time.sleep(2)
-    return 200, {}, b"User-agent: *\nDisallow:\n"
 
 
 DISALLOW = b"User-agent: *\nDisallow: /private\n"
@@ -161,14 +63,14 @@ def servers() -> Iterator[dict[str, LogServer]]:
         "redirect6": chain(6, DISALLOW),
         "big": {"/robots.txt": robots(DISALLOW + PADDING + b"Disallow: /late\n")},
         "garbage": {"/robots.txt": robots(GARBAGE)},
-        "timeout": {"/robots.txt": slow_robots},
+        "timeout": {"/robots.txt": reply(b"User-agent: *\nDisallow:\n")},
     }
+    slow = {"timeout": {"/robots.txt": 2.0}}
     with ExitStack() as stack:
         found = {}
         for name, routes in kinds.items():
-            server = LogServer(routes)
-            stack.callback(server.close)
-            found[name] = server
+            server = LogServer(routes, delays=slow.get(name))
+            found[name] = stack.enter_context(server)
         yield found
 
 

@@ -1,0 +1,405 @@
+"""The benchmark suite: ``make bench`` (``python -m bench.run``), ``--quick`` for CI.
+
+Crawls the sandbox web with stock Scrapy, stock scrapy-redis and webcrawl (one
+and two workers), in turn, same pages, seeds, concurrency and delay
+(:mod:`bench.crawlers`), repeats each crawl, measures Redis memory per queued
+request and per seen URL (:mod:`bench.memory`), runs the component
+micro-benchmarks (``python -m bench.bloom``, ``python -m bench.pipeline``) and
+prints one table per scenario, crawlers as columns, each cell the median of
+the repeats, its range, and its ratio to stock Scrapy. The tables also go to
+``bench/out/latest.md``. Every crawl is bounded by ``--timeout``; everything
+started is stopped. ``bench/README.md`` explains each number.
+
+Reads no settings (command-line options only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import redis
+import scrapy
+
+from bench.crawlers import Crawler, Run, RunResult, crawl
+from bench.memory import measure
+from extensions.embedded_redis import find_redis_binary
+from sandbox.site import SiteSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out" / "latest.md"
+
+UNTHROTTLED = [
+    Crawler("scrapy"),
+    Crawler("scrapy-redis", 1),
+    Crawler("webcrawl", 1),
+    Crawler("webcrawl", 2),
+]
+# Two scrapy-redis workers show what a per-process DOWNLOAD_DELAY does.
+POLITE = [*UNTHROTTLED[:2], Crawler("scrapy-redis", 2), *UNTHROTTLED[2:]]
+
+
+@dataclass
+class Scenario:
+    name: str
+    run: Run
+    crawlers: list[Crawler]
+    polite: bool = False
+    results: dict[Crawler, list[RunResult]] = field(default_factory=dict)
+
+
+@dataclass
+class Size:
+    """Crawl sizes of one mode."""
+
+    repeats: int
+    unthrottled: SiteSpec
+    uniform: SiteSpec
+    skewed: SiteSpec | None
+    uniform_delay: float
+    skewed_delay: float
+    memory_n: int
+    idle_close: float
+    timeout: float
+    bloom_args: list[str]
+    pipeline_args: list[str] | None  # None: not run
+
+
+FULL = Size(
+    repeats=3,
+    unthrottled=SiteSpec(seed=1, hosts=24, pages_per_host=10),
+    # Nine hosts at 1 s: the bound (9 pages/s) stays well below what one
+    # process can store on the 2-core VM (~25 pages/s), so the crawl is
+    # politeness-bound, not CPU-bound.
+    uniform=SiteSpec(seed=2, hosts=9, pages_per_host=6),
+    skewed=SiteSpec(seed=3, hosts=9, pages_per_host=3, shape="skewed"),
+    uniform_delay=1.0,
+    skewed_delay=0.5,
+    memory_n=50_000,
+    idle_close=2.0,
+    timeout=180.0,
+    bloom_args=["--n", "500000"],
+    pipeline_args=["--quick"],
+)
+QUICK = Size(
+    repeats=1,
+    unthrottled=SiteSpec(seed=1, hosts=6, pages_per_host=5),
+    uniform=SiteSpec(seed=2, hosts=4, pages_per_host=4),
+    skewed=None,  # --quick: the uniform shape only
+    uniform_delay=0.25,
+    skewed_delay=0.25,
+    memory_n=2_000,
+    idle_close=1.0,
+    timeout=60.0,
+    bloom_args=["--quick"],
+    pipeline_args=None,  # 15 s: the full run has it
+)
+# Same for every crawler: the pipeline's batch flush interval (default 5 s)
+# only moves the end of the process, not the fetches; 1 s keeps runs short.
+COMMON = {"PIPELINE_FLUSH_INTERVAL": 1.0}
+
+
+def scenarios(size: Size, only: set[str]) -> list[Scenario]:
+    out = []
+
+    def run(spec: SiteSpec, delay: float) -> Run:
+        return Run(
+            spec,
+            delay=delay,
+            timeout=size.timeout,
+            idle_close=size.idle_close,
+            extra=dict(COMMON),
+        )
+
+    if "unthrottled" in only:
+        out.append(Scenario("unthrottled", run(size.unthrottled, 0.0), UNTHROTTLED))
+    if "polite" in only:
+        shapes = [("polite-uniform", size.uniform, size.uniform_delay)]
+        if size.skewed is not None:
+            shapes.append(("polite-skewed", size.skewed, size.skewed_delay))
+        crawlers = POLITE if size.repeats > 1 else UNTHROTTLED
+        for name, spec, delay in shapes:
+            out.append(Scenario(name, run(spec, delay), crawlers, polite=True))
+    return out
+
+
+# --- statistics and tables ------------------------------------------------------
+
+
+def summary(values: Sequence[float], fmt: str) -> str:
+    """Median and [min-max] of ``values`` (just the value for one).
+
+    >>> summary([3.0, 1.0, 2.0], "{:.1f}")
+    '2.0 [1.0-3.0]'
+    >>> summary([5], "{:.0f}")
+    '5'
+    """
+    if not values:
+        return "n/a"
+    med = fmt.format(statistics.median(values))
+    if len(values) == 1:
+        return med
+    return f"{med} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
+
+
+def ratio(value: float, base: float | None) -> str:
+    """``(x1.23)`` of ``value`` against ``base``; empty without a base.
+
+    >>> ratio(2.0, 4.0), ratio(1.0, None), ratio(1.0, 0.0)
+    ('(x0.50)', '', '')
+    """
+    return f"(x{value / base:.2f})" if base else ""
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table.
+
+    >>> print(table(["a", "b"], [["1", "2"]]))
+    | a | b |
+    |---|---|
+    | 1 | 2 |
+    """
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+Metric = tuple[str, "Callable[[RunResult], float | None]", str, bool]
+
+
+def _metrics(polite: bool) -> list[Metric]:
+    """(label, value of one run, format, show ratio to stock Scrapy)."""
+
+    def per_page(v: float, r: RunResult, scale: float = 1.0) -> float | None:
+        return scale * v / r.pages if r.pages else None
+
+    def redis_per_page(key: str) -> Callable[[RunResult], float | None]:
+        return lambda r: per_page(r.redis[key], r) if r.redis else None
+
+    rows: list[Metric] = [
+        ("pages fetched", lambda r: float(r.pages), "{:.0f}", False),
+        ("reachable pages missed", lambda r: float(r.missing), "{:.0f}", False),
+        ("pages/s (sandbox record)", lambda r: r.pages_per_s, "{:.1f}", True),
+    ]
+    if polite:
+        rows += [
+            ("politeness bound s", lambda r: r.bound_s, "{:.1f}", False),
+            ("first-to-last fetch s", lambda r: r.fetch_s, "{:.1f}", True),
+            (
+                "efficiency (bound / fetch s)",
+                lambda r: r.bound_s / r.fetch_s if r.fetch_s else None,
+                "{:.2f}",
+                True,
+            ),
+            ("politeness violations", lambda r: float(r.violations), "{:.0f}", False),
+        ]
+    rows += [
+        (
+            "CPU s / 1000 pages (crawlers)",
+            lambda r: per_page(r.cpu_s, r, 1000),
+            "{:.1f}",
+            True,
+        ),
+        (
+            "peak RSS MiB (largest process)",
+            lambda r: r.peak_rss_kib / 1024,
+            "{:.0f}",
+            True,
+        ),
+        ("Redis commands / page", redis_per_page("commands"), "{:.1f}", False),
+        ("Redis round trips / page", redis_per_page("round_trips"), "{:.2f}", False),
+        (
+            "Redis CPU s / 1000 pages",
+            lambda r: per_page(r.redis["cpu_s"], r, 1000) if r.redis else None,
+            "{:.2f}",
+            False,
+        ),
+        ("process wall s", lambda r: r.wall_s, "{:.1f}", True),
+    ]
+    return rows
+
+
+def scenario_table(sc: Scenario) -> str:
+    header = ["metric", *(c.label for c in sc.crawlers)]
+    base_runs = [r for r in sc.results.get(sc.crawlers[0], []) if not r.error]
+    rows = []
+    for label, value, fmt, show_ratio in _metrics(sc.polite):
+        base_vals = [v for v in map(value, base_runs) if v is not None]
+        base = statistics.median(base_vals) if base_vals else None
+        row = [label]
+        for c in sc.crawlers:
+            runs = sc.results.get(c, [])
+            ok = [r for r in runs if not r.error]
+            vals = [v for v in map(value, ok) if v is not None]
+            if not runs:
+                row.append("not run")
+            elif not ok:
+                row.append(f"n/a ({runs[0].error})")
+            elif not vals:
+                row.append("n/a (no Redis)" if "Redis" in label else "n/a")
+            else:
+                cell = summary(vals, fmt)
+                if show_ratio and c != sc.crawlers[0]:
+                    cell += " " + ratio(statistics.median(vals), base)
+                row.append(cell)
+        rows.append(row)
+    failed = [
+        f"{c.label} run {n + 1}: {r.error}"
+        for c in sc.crawlers
+        for n, r in enumerate(sc.results.get(c, []))
+        if r.error
+    ]
+    spec, run = sc.run.spec, sc.run
+    text = (
+        f"### {sc.name}\n\n{spec.hosts} hosts, {spec.pages_per_host} pages per host "
+        f"({spec.shape}), DOWNLOAD_DELAY={run.delay:g}, CONCURRENT_REQUESTS="
+        f"{run.concurrency}, CONCURRENT_REQUESTS_PER_DOMAIN={run.per_host}; "
+        f"{len(next(iter(sc.results.values()), []))} run(s) per crawler, "
+        "median [min-max] (xratio to stock Scrapy).\n\n" + table(header, rows)
+    )
+    if failed:
+        text += "\n\nFailed runs (left out of the medians): " + "; ".join(failed)
+    return text
+
+
+def memory_table(n: int, out: dict[str, dict[str, float]]) -> str:
+    base = out["scrapy"]
+    rows = []
+    for key, label in (
+        ("queued", "bytes per queued request"),
+        ("seen", "bytes per seen URL"),
+    ):
+        row = [label, f"{base[key]:.1f}"]
+        for name in ("scrapy-redis", "webcrawl"):
+            row.append(f"{out[name][key]:.1f} {ratio(out[name][key], base[key])}")
+        rows.append(row)
+    bound = out["webcrawl"]["bloom_bound"]
+    seen = out["webcrawl"]["seen"]
+    rows.append(
+        [
+            "Bloom bytes per URL vs optimal bound",
+            "n/a (exact set)",
+            "n/a (exact set)",
+            f"{seen:.3f} vs {bound:.3f} ({100 * (seen / bound - 1):+.1f}%)",
+        ]
+    )
+    return (
+        f"### memory\n\n{n:,} requests over 100 hosts (depth "
+        "meta), each system through its own queue and dupefilter code; stock "
+        "Scrapy: Python heap (tracemalloc), the others: Redis MEMORY USAGE.\n\n"
+        + table(["metric", "stock Scrapy", "scrapy-redis", "webcrawl"], rows)
+    )
+
+
+def micro(module: str, args: list[str], timeout: float) -> str:
+    cmd = [sys.executable, "-m", module, *args]
+    try:
+        proc = subprocess.run(
+            cmd,
+            check=False,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        body = proc.stdout.strip() or proc.stderr.strip()[-2000:]
+    except subprocess.TimeoutExpired:
+        body = f"timed out after {timeout:.0f} s"
+    shown = " ".join(["python", "-m", module, *args])
+    return f"### {module}\n\n`{shown}`\n\n```\n{body}\n```"
+
+
+def machine() -> str:
+    server = subprocess.run(
+        [find_redis_binary(), "--version"],
+        check=False,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    version = next((w[2:] for w in server if w.startswith("v=")), "?")
+    return (
+        f"{os.cpu_count()} cores, {platform.platform()}, Python "
+        f"{platform.python_version()}, Scrapy {scrapy.__version__}, redis-server "
+        f"{version}, redis-py {redis.__version__}, load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smoke-test sizes")
+    parser.add_argument("--repeats", type=int, help="runs per crawler")
+    parser.add_argument(
+        "--only",
+        default="unthrottled,polite,memory,micro",
+        help="comma list of: unthrottled, polite, memory, micro",
+    )
+    parser.add_argument("--out", type=Path, default=OUT, help="Markdown copy")
+    parser.add_argument("--keep", action="store_true", help="keep crawl logs")
+    args = parser.parse_args(argv)
+    size = QUICK if args.quick else FULL
+    repeats = args.repeats or size.repeats
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    started = time.monotonic()
+    sections = [
+        "## bench run\n\n`python -m bench.run " + " ".join(argv or sys.argv[1:]) + "`",
+        "Machine: " + machine(),
+    ]
+    print("\n\n".join(sections), flush=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-"))
+    try:
+        for sc in scenarios(size, only):
+            # Crawlers take turns within each repeat, so slow drift of the
+            # machine's load spreads over all of them.
+            for rep in range(repeats):
+                for c in sc.crawlers:
+                    where = work / sc.name / f"{c.kind}-{c.workers}-{rep}"
+                    res = crawl(c, sc.run, where)
+                    sc.results.setdefault(c, []).append(res)
+                    print(
+                        f"  {sc.name} {c.label} run {rep + 1}: {res.pages} pages, "
+                        f"{res.pages_per_s:.1f}/s, cpu {res.cpu_s:.1f}s"
+                        + (f", ERROR {res.error}" if res.error else ""),
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            sections.append(scenario_table(sc))
+            print("\n" + sections[-1], flush=True)
+        if "memory" in only:
+            sections.append(memory_table(size.memory_n, measure(size.memory_n)))
+            print("\n" + sections[-1], flush=True)
+        if "micro" in only:
+            for module, margs in (
+                ("bench.bloom", size.bloom_args),
+                ("bench.pipeline", size.pipeline_args),
+            ):
+                if margs is None:
+                    continue
+                sections.append(micro(module, margs, 300))
+                print("\n" + sections[-1], flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    sections.append(f"Total: {time.monotonic() - started:.0f} s.")
+    print("\n" + sections[-1])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n\n".join(sections) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

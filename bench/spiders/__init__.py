@@ -1,0 +1,1 @@
+"""Stock spiders and settings the benchmarks run: no webcrawl component in them."""
