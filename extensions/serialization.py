@@ -18,10 +18,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from scrapy import Request
 from scrapy.utils.request import request_from_dict
 
 if TYPE_CHECKING:
-    from scrapy import Request, Spider
+    from scrapy import Spider
 
 # Values equal to these are not stored (Request's own defaults).
 _DEFAULTS: dict[str, Any] = {
@@ -90,6 +91,44 @@ def _decode_value(value: Any) -> Any:
     return value
 
 
+def _method_name(spider: Spider | None, func: Any) -> str | None:
+    """The name of the spider method ``func``, found by name first: Scrapy's
+    own lookup scans every member of the spider (``inspect.getmembers``), a
+    cost paid for every outlink of every page."""
+    if func is None or isinstance(func, str):
+        return func
+    name = getattr(func, "__name__", "")
+    self_of = getattr(func, "__self__", None)
+    if spider is not None and self_of is spider and getattr(spider, name, None) == func:
+        return str(name)
+    raise _SlowPath
+
+
+class _SlowPath(Exception):
+    pass
+
+
+def _request_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
+    """``request.to_dict(spider=spider)``, with a fast path for callbacks."""
+    try:
+        d: dict[str, Any] = {
+            "url": request.url,
+            "callback": _method_name(spider, request.callback),
+            "errback": _method_name(spider, request.errback),
+            "headers": dict(request.headers),
+        }
+        for attr in request.attributes:
+            d.setdefault(attr, getattr(request, attr))
+        if type(request) is not Request:  # subclasses add their own fields
+            return request.to_dict(spider=spider)
+        return d
+    except _SlowPath:
+        try:
+            return request.to_dict(spider=spider)
+        except ValueError as exc:  # a callback that is not a spider method
+            raise UnserializableRequest(str(exc)) from exc
+
+
 def request_to_bytes(request: Request, spider: Spider | None = None) -> bytes:
     """Serialize ``request`` for the frontier.
 
@@ -99,10 +138,7 @@ def request_to_bytes(request: Request, spider: Spider | None = None) -> bytes:
     >>> request_to_bytes(Request("https://a.test/x", meta={"depth": 2}, priority=9))
     b'https://a.test/x\\n{"m":{"depth":2}}'
     """
-    try:
-        d = request.to_dict(spider=spider)
-    except ValueError as exc:  # a callback that is not a spider method
-        raise UnserializableRequest(str(exc)) from exc
+    d = _request_dict(request, spider)
     url = d.pop("url")
     if "\n" in url:
         raise UnserializableRequest("URL contains a newline")

@@ -66,7 +66,9 @@ def _robots_directives(response: Response) -> set[str]:
     found: set[str] = set()
     for value in response.headers.getlist(b"X-Robots-Tag"):
         found.update(t.strip().lower() for t in value.decode("latin-1").split(","))
-    if isinstance(response, HtmlResponse):
+    # The XPath below costs about as much as the link extraction: look for
+    # the word first (most pages have no robots meta).
+    if isinstance(response, HtmlResponse) and b"robots" in response.body.lower():
         for content in response.xpath(
             "//meta[translate(@name,'ROBTS','robts')='robots']/@content"
         ).getall():
