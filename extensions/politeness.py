@@ -116,8 +116,9 @@ class HostLock:
 
     The lock is never released after a download: its TTL *is* the spacing.
     It is held through the fetch (spacing + the download timeout) and cut to
-    the spacing when the response or error arrives, so the next request, on
-    any worker, starts at least one delay after this one *completed*. Spacing
+    the spacing when the response headers (or an error) arrive, so the next
+    request, on any worker, starts at least one delay after the server
+    answered this one. Spacing
     measured from the start of a fetch is not enough on a loaded machine: a
     request that takes the lock and is then slow to reach the server would
     arrive right before the next holder's (Heritrix, too, counts its
@@ -225,6 +226,8 @@ class PolitenessMiddleware:
             self._reached_downloader, signals.request_reached_downloader
         )
         crawler.signals.connect(self._left_downloader, signals.request_left_downloader)
+        crawler.signals.connect(self._headers_received, signals.headers_received)
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -336,6 +339,16 @@ class PolitenessMiddleware:
 
     async def process_exception(self, request: Request, exception: Exception) -> None:
         await self._fetched(request)
+
+    def _headers_received(self, request: Request, **_: Any) -> None:
+        # The server had the request before it answered: the spacing can run
+        # from the response headers, not from after the body and the other
+        # middlewares (a busy worker would add its own lag to every interval).
+        held = request.meta.get("politeness_lock")
+        if held and held.get("spacing_ms") and not held.get("released"):
+            task = asyncio.ensure_future(self._fetched(request))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _fetched(self, request: Request) -> None:
         """The fetch is over: the lock now lasts one spacing from here."""
