@@ -2,10 +2,11 @@
 
 Prints pages/s through prepare_page + PageBatcher into the SQLite store and
 through MongoStore's pymongo code path on mongomock, the zlib compression
-ratio (on the real HTML and on sandbox pages), the extraction speed, and the
-event loop's worst stalls while batches are flushed (a 5 ms ticker on the loop; target p99 < 50 ms). Real HTML: the
-Debian python3-doc package at /usr/share/doc/python3/html when installed;
-else generated pages (said so in the output).
+ratio (on real HTML and on sandbox pages), the extraction speed, and the
+event loop's worst stalls while batches are flushed (a 5 ms ticker on the
+loop; target p99 < 50 ms). Real HTML: the Debian python3-doc package at
+/usr/share/doc/python3/html when installed; else generated pages (said so in
+the output).
 """
 
 from __future__ import annotations
