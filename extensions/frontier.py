@@ -53,6 +53,19 @@ local function queue_request(qprefix, host, prio, member, seq)
   local score = (32768 - prio) * 68719476736 + s
   return redis.call('ZADD', qprefix .. host, 'NX', score, member)
 end
+-- End lease `id` and put its request back in its host's queue with its
+-- original score (an expired lease, or one handed back). Returns 1 when a
+-- request was put back, 0 when the lease was already gone.
+local function requeue_lease(ready, leases, ldata, qprefix, hprefix, id, now)
+  local data = redis.call('HGET', ldata, id)
+  local removed = redis.call('ZREM', leases, id)
+  redis.call('HDEL', ldata, id)
+  if not data or removed == 0 then return 0 end
+  local host, score, member = string.match(data, '^([^\\n]*)\\n([^\\n]*)\\n(.*)$')
+  redis.call('ZADD', qprefix .. host, 'NX', tonumber(score), member)
+  schedule_host(ready, hprefix .. host, host, now)
+  return 1
+end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -147,15 +160,7 @@ local reclaimed = 0
 local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0,
                            tonumber(ARGV[7]))
 for _, id in ipairs(expired) do
-  local data = redis.call('HGET', ldata, id)
-  if data then
-    local host, score, member = string.match(data, '^([^\\n]*)\\n([^\\n]*)\\n(.*)$')
-    redis.call('ZADD', qprefix .. host, 'NX', tonumber(score), member)
-    schedule_host(ready, hprefix .. host, host, now)
-    reclaimed = reclaimed + 1
-  end
-  redis.call('ZREM', leases, id)
-  redis.call('HDEL', ldata, id)
+  reclaimed = reclaimed + requeue_lease(ready, leases, ldata, qprefix, hprefix, id, now)
 end
 
 local out = {}
@@ -217,15 +222,7 @@ local qprefix, hprefix = ARGV[1], ARGV[2]
 local now = now_ms()
 local n = 0
 for i = 3, #ARGV do
-  local id = ARGV[i]
-  local data = redis.call('HGET', ldata, id)
-  if data and redis.call('ZREM', leases, id) == 1 then
-    local host, score, member = string.match(data, '^([^\\n]*)\\n([^\\n]*)\\n(.*)$')
-    redis.call('ZADD', qprefix .. host, 'NX', tonumber(score), member)
-    schedule_host(ready, hprefix .. host, host, now)
-    n = n + 1
-  end
-  redis.call('HDEL', ldata, id)
+  n = n + requeue_lease(ready, leases, ldata, qprefix, hprefix, ARGV[i], now)
 end
 return n
 """
