@@ -54,6 +54,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# Pages fetched but not written (a permanent store failure, or a store still
+# failing at close): ``scrapy crawl`` exits non-zero when it is set.
+UNSTORED_STAT = "storage/unstored"
+
 
 class StoragePipeline:
     """Processes pages and stores them in batches (module docstring)."""
@@ -147,7 +151,7 @@ class StoragePipeline:
         if unstored:
             stats = self.crawler.stats
             if stats is not None:
-                stats.set_value("storage/unstored", len(unstored))
+                stats.set_value(UNSTORED_STAT, len(unstored))
             logger.error(
                 "%d pages could not be written to %r; their leases are not "
                 "acknowledged, so the frontier hands them out again once they "

@@ -231,3 +231,44 @@ def test_a_bug_in_the_duplicate_check_propagates(
             await pipe.close_spider()
 
     asyncio.run(main())
+
+
+@pytest.mark.slow
+def test_worker_with_unstored_pages_exits_non_zero(
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """A real ``scrapy crawl web`` whose SQLite file has an older schema: the
+    first batch fails for good, the crawl stops (``store_failed``), the
+    worker says how many pages it could not store and exits non-zero (before:
+    it retried that batch until killed, and a worker ending with pages
+    unstored exited 0). The pages' leases stay in the frontier, to be handed
+    out again when they expire."""
+    from sandbox.site import SiteSpec
+    from webcrawl.commands.crawl import UNSTORED_EXIT_CODE
+    from webcrawl.localcrawl import crawl_sandbox
+
+    db = tmp_path / "old.sqlite3"
+    old_schema_db(db)
+    report = crawl_sandbox(
+        SiteSpec(seed=2, hosts=4, pages_per_host=6),
+        redis_url,
+        tmp_path,
+        workers=1,
+        settings={
+            "SQLITE_PATH": str(db),
+            "DOWNLOAD_DELAY": 0.05,
+            "PIPELINE_BATCH_SIZE": 4,
+            "PIPELINE_FLUSH_INTERVAL": 0.2,
+        },
+        timeout=120,
+    )
+    assert report.exit_codes == [UNSTORED_EXIT_CODE]
+    log = (report.log_dir / "worker-0.log").read_text()
+    assert "(store_failed)" in log
+    lines = [ln for ln in log.splitlines() if "fetched pages were not stored" in ln]
+    assert len(lines) == 1
+    unstored = int(lines[0].split("ERROR: ")[1].split()[0])
+    assert unstored >= 4
+    # Not acknowledged: every unstored page still holds its lease in Redis.
+    leased = redis_client.zcard(keys.FrontierKeys("web").leases)
+    assert leased >= unstored
