@@ -395,7 +395,9 @@ def test_redirects(web: SandboxProcess) -> None:
 def test_slow_page(web: SandboxProcess) -> None:
     start = time.monotonic()
     assert trap(web, "/slow/1.html")[0] == 200
-    assert 0.9 <= time.monotonic() - start < 2.5
+    # The server held the reply for a second: the client cannot see it
+    # sooner, however loaded the machine (how much later is not asserted).
+    assert time.monotonic() - start >= 0.99
 
 
 def test_errors(web: SandboxProcess) -> None:
