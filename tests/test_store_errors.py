@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.misc import build_from_crawler
-from scrapy.utils.test import get_crawler
 
 from extensions import keys
 from pipelines.batching import PageBatcher, PreparedPage, prepare_page
+from pipelines.items import PageItem
 from pipelines.storage import StoragePipeline
 from pipelines.stores.base import PermanentStoreError, TransientStoreError
 from pipelines.stores.sqlite import SQLiteStore
-from webcrawl.items import PageItem
+from tests.utils import get_crawler
 
 if TYPE_CHECKING:
     from pathlib import Path
