@@ -94,6 +94,16 @@ BREAKER_COOLDOWN: Annotated[float, Range(above=0)] = 300.0
 # Cap in seconds of a breaker's cool-down.
 BREAKER_MAX_COOLDOWN: Annotated[float, Range(above=0)] = 86400.0
 
+# --- Failure policy (extensions.failures, extensions.dlq) ----------------------
+# Retry failures by the README's failure table, in Redis (replaces Scrapy's RetryMiddleware).
+FAILURE_POLICY_ENABLED = True
+# Random variation of each retry delay (0.2: +-20%; a Retry-After only ever later).
+RETRY_DELAY_JITTER: Annotated[float, Range(0, below=1)] = 0.2
+# Cap in seconds of a Retry-After honoured for a retry.
+RETRY_AFTER_MAX: Annotated[float, Range(above=0)] = 3600.0
+# Seconds after its first 429/503 with Retry-After that a request is given up.
+RETRY_THROTTLED_TIME_BUDGET: Annotated[float, Range(above=0)] = 21600.0
+
 # --- Bloom dupefilter (extensions.dupefilter, extensions.bloom) ---------------
 # Items the first Bloom layer holds at BLOOM_ERROR_RATE (at 0.1%: 180 MB of Redis).
 BLOOM_CAPACITY: Annotated[int, Range(1)] = 100_000_000

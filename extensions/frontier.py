@@ -18,6 +18,11 @@ Scores: ``(32768 - priority) * 2**36 + seq``: lower pops first, so a higher
 ``request.priority`` comes first and ``seq`` (a global arrival counter) keeps
 FIFO order within a priority. Both parts fit a double exactly (2**52 < 2**53).
 
+Retries wait in Redis, not in a worker: a request queued with a delay goes to
+the ``delayed`` ZSET (scored by its due time, ms) in the same script that ends
+its parent's lease, and the lease script moves due entries into their hosts'
+queues. A worker that dies after scheduling a retry loses nothing.
+
 Every multi-key step is one Lua script; times come from Redis ``TIME``, never
 from worker clocks. The scripts build per-host key names from the hash-tagged
 prefix, so on a Redis Cluster they stay in the ``{prefix}`` slot.
@@ -66,6 +71,28 @@ local function requeue_lease(ready, leases, ldata, qprefix, hprefix, id, now)
   schedule_host(ready, hprefix .. host, host, now)
   return 1
 end
+-- Queue a request now, or (delay > 0) put it in the delayed ZSET until due.
+local function queue_or_delay(delayed, ready, qprefix, hprefix, host, prio, member,
+                              delay, seq, now)
+  if delay > 0 then
+    redis.call('ZADD', delayed, now + delay, host .. '\\n' .. prio .. '\\n' .. member)
+    return 1
+  end
+  local n = queue_request(qprefix, host, prio, member, seq)
+  schedule_host(ready, hprefix .. host, host, now)
+  return n
+end
+-- Move up to `limit` due entries of the delayed ZSET into their queues.
+local function promote_delayed(delayed, ready, qprefix, hprefix, seq, now, limit)
+  local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
+  for _, entry in ipairs(due) do
+    local host, prio, member = string.match(entry, '^([^\\n]*)\\n([^\\n]*)\\n(.*)$')
+    queue_request(qprefix, host, tonumber(prio), member, seq)
+    schedule_host(ready, hprefix .. host, host, now)
+    redis.call('ZREM', delayed, entry)
+  end
+  return #due
+end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -76,10 +103,12 @@ end
 # redirect or retry hands its parent's lease over to the child with no window
 # in which neither is in Redis; and drop the batch's write-ahead entry.
 # KEYS[1] ready ZSET, KEYS[2] seq counter, KEYS[3] leases ZSET,
-# KEYS[4] lease data HASH, KEYS[5] the worker's write-ahead HASH
+# KEYS[4] lease data HASH, KEYS[5] the worker's write-ahead HASH,
+# KEYS[6] delayed ZSET
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix,
 # ARGV[3] number of requests n, ARGV[4] write-ahead entry id ('' for none),
-# then n triples (host, priority, member), then the lease ids to acknowledge.
+# then n quadruples (host, priority, member, delay ms: 0 = queue now, else
+# wait in the delayed ZSET), then the lease ids to acknowledge.
 # Returns {requests added, leases acknowledged}.
 COMMIT_LUA = (
     _LUA_SCHEDULE_HOST
@@ -90,14 +119,15 @@ local n = tonumber(ARGV[3])
 local now = now_ms()
 local added = 0
 for i = 0, n - 1 do
-  local host = ARGV[5 + i * 3]
-  local prio = tonumber(ARGV[6 + i * 3])
-  local member = ARGV[7 + i * 3]
-  added = added + queue_request(qprefix, host, prio, member, seq)
-  schedule_host(ready, hprefix .. host, host, now)
+  local host = ARGV[5 + i * 4]
+  local prio = tonumber(ARGV[6 + i * 4])
+  local member = ARGV[7 + i * 4]
+  local delay = tonumber(ARGV[8 + i * 4])
+  added = added + queue_or_delay(KEYS[6], ready, qprefix, hprefix, host, prio,
+                                 member, delay, seq, now)
 end
 local acked = 0
-for i = 5 + n * 3, #ARGV do
+for i = 5 + n * 4, #ARGV do
   acked = acked + redis.call('ZREM', leases, ARGV[i])
   redis.call('HDEL', ldata, ARGV[i])
 end
@@ -107,13 +137,15 @@ return {added, acked}
 )
 
 # recover: requeue the write-ahead batches of workers that stopped beating
-# (killed between marking a batch seen in the dupefilter and queueing it).
-# Every request of such a batch is queued (ZADD NX): whether the dupefilter
-# called it new is unknown, and a re-crawl beats a lost URL.
-# KEYS[1] workers ZSET, KEYS[2] ready ZSET, KEYS[3] seq counter
+# (killed between marking a batch seen in the dupefilter and queueing it),
+# and hand their leases back to the queues at once, rather than after the
+# lease timeout. Every request of such a batch is queued (ZADD NX): whether
+# the dupefilter called it new is unknown, and a re-crawl beats a lost URL.
+# KEYS[1] workers ZSET, KEYS[2] ready ZSET, KEYS[3] seq counter,
+# KEYS[4] leases ZSET, KEYS[5] lease data HASH
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix,
 # ARGV[3] write-ahead key prefix, ARGV[4] silence (ms) after which a worker
-# is dead. Returns the number of requests queued again.
+# is dead. Returns {requests queued again, leases reclaimed}.
 RECOVER_LUA = (
     _LUA_SCHEDULE_HOST
     + """
@@ -122,6 +154,19 @@ local qprefix, hprefix, wprefix = ARGV[1], ARGV[2], ARGV[3]
 local now = now_ms()
 local dead = redis.call('ZRANGEBYSCORE', workers, '-inf', now - tonumber(ARGV[4]))
 local n = 0
+local reclaimed = 0
+if #dead > 0 then
+  -- Lease ids are "<worker>:<seq>": one pass over the leases finds theirs.
+  local gone = {}
+  for _, worker in ipairs(dead) do gone[worker] = true end
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+    local owner = string.match(id, '^(.*):[0-9]+$')
+    if owner and gone[owner] then
+      reclaimed = reclaimed + requeue_lease(ready, KEYS[4], KEYS[5], qprefix,
+                                            hprefix, id, now)
+    end
+  end
+end
 for _, worker in ipairs(dead) do
   local wal = wprefix .. worker
   for _, blob in ipairs(redis.call('HVALS', wal)) do
@@ -133,19 +178,21 @@ for _, worker in ipairs(dead) do
   redis.call('DEL', wal)
   redis.call('ZREM', workers, worker)
 end
-return n
+return {n, reclaimed}
 """
 )
 
 # lease: reclaim expired leases, then lease up to `count` ready requests.
 # KEYS[1] ready ZSET, KEYS[2] leases ZSET, KEYS[3] lease data HASH,
-# KEYS[4] seq counter
+# KEYS[4] seq counter, KEYS[5] delayed ZSET
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix, ARGV[3] count,
 # ARGV[4] lease time ms, ARGV[5] worker id, ARGV[6] default delay ms,
 # ARGV[7] most expired leases to reclaim in this call, ARGV[8] back-off quiet
 # period ms (a back-off raised longer ago than that is forgiven)
-# Returns {reclaimed, ms until the next host is ready (-1: none queued),
-#          hosts ready, leases outstanding, id1, request1, id2, request2, ...}
+# Due entries of the delayed ZSET are moved into their queues first.
+# Returns {reclaimed, ms until the next host or delayed retry is ready
+#          (-1: none queued), hosts queued, leases outstanding,
+#          id1, request1, id2, request2, ...}
 LEASE_LUA = (
     _LUA_SCHEDULE_HOST
     + """
@@ -162,6 +209,7 @@ local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0,
 for _, id in ipairs(expired) do
   reclaimed = reclaimed + requeue_lease(ready, leases, ldata, qprefix, hprefix, id, now)
 end
+promote_delayed(KEYS[5], ready, qprefix, hprefix, seq, now, count * 4 + 8)
 
 local out = {}
 local guard = count * 4 + 8
@@ -201,8 +249,13 @@ while #out < count * 2 and guard > 0 do
 end
 
 local wait = -1
-local top = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
-if #top > 0 then wait = math.max(0, tonumber(top[2]) - now) end
+for _, zset in ipairs({ready, KEYS[5]}) do
+  local top = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+  if #top > 0 then
+    local w = math.max(0, tonumber(top[2]) - now)
+    if wait < 0 or w < wait then wait = w end
+  end
+end
 local res = {reclaimed, wait, redis.call('ZCARD', ready), redis.call('ZCARD', leases)}
 for _, v in ipairs(out) do res[#res + 1] = v end
 return res
@@ -245,6 +298,16 @@ class QueuedRequest:
     host: str
     priority: int
     member: bytes
+    delay_ms: int = 0  # > 0: wait in the delayed ZSET (a retry), then queue
+
+
+@dataclass
+class Waiting:
+    """What the frontier holds that is not due yet (for the closing report)."""
+
+    urls: int  # queued or delayed requests
+    hosts: int  # hosts they belong to
+    next_due_ms: int  # epoch ms (Redis clock) of the next one; -1: none
 
 
 def clamp_priority(priority: int) -> int:
@@ -285,10 +348,11 @@ class Frontier:
         k = self.keys
         args: list[Any] = [k.queue_prefix, k.host_prefix, len(requests), entry]
         for r in requests:
-            args += [r.host, clamp_priority(r.priority), r.member]
+            args += [r.host, clamp_priority(r.priority), r.member, max(0, r.delay_ms)]
         args += list(acks)
         added, acked = await self._commit(
-            keys=[k.ready, k.seq, k.leases, k.lease_data, k.wal(worker)], args=args
+            keys=[k.ready, k.seq, k.leases, k.lease_data, k.wal(worker), k.delayed],
+            args=args,
         )
         return int(added), int(acked)
 
@@ -302,15 +366,15 @@ class Frontier:
         )
         await self.client.hset(self.keys.wal(worker), entry, blob)
 
-    async def recover(self, dead_after_ms: int) -> int:
-        """Queue the write-ahead batches of workers silent for ``dead_after_ms``."""
+    async def recover(self, dead_after_ms: int) -> tuple[int, int]:
+        """Queue the write-ahead batches of workers silent for ``dead_after_ms``
+        and hand their leases back: (requests queued, leases reclaimed)."""
         k = self.keys
-        return int(
-            await self._recover(
-                keys=[k.workers, k.ready, k.seq],
-                args=[k.queue_prefix, k.host_prefix, k.wal_prefix, dead_after_ms],
-            )
+        queued, reclaimed = await self._recover(
+            keys=[k.workers, k.ready, k.seq, k.leases, k.lease_data],
+            args=[k.queue_prefix, k.host_prefix, k.wal_prefix, dead_after_ms],
         )
+        return int(queued), int(reclaimed)
 
     async def lease(
         self,
@@ -323,7 +387,7 @@ class Frontier:
     ) -> LeaseBatch:
         k = self.keys
         res: list[Any] = await self._lease(
-            keys=[k.ready, k.leases, k.lease_data, k.seq],
+            keys=[k.ready, k.leases, k.lease_data, k.seq, k.delayed],
             args=[
                 k.queue_prefix,
                 k.host_prefix,
@@ -363,13 +427,41 @@ class Frontier:
         )
         return cast("int", changed)
 
+    async def now_ms(self) -> int:
+        """The Redis clock, epoch ms (every frontier time is on it)."""
+        sec, usec = await self.client.time()
+        return int(sec) * 1000 + int(usec) // 1000
+
     async def counts(self) -> tuple[int, int]:
-        """(hosts with queued requests, leases outstanding)."""
+        """(hosts with requests due now, leases outstanding). A parked host,
+        or a retry due later, is not due work: a finite crawl may close
+        while they wait (they stay in Redis for the next run)."""
+        now = await self.now_ms()
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.zcard(self.keys.ready)
+            pipe.zcount(self.keys.ready, "-inf", now)
+            pipe.zcount(self.keys.delayed, "-inf", now)
             pipe.zcard(self.keys.leases)
-            ready, leased = await pipe.execute()
-        return int(ready), int(leased)
+            ready, delayed, leased = await pipe.execute()
+        return int(ready) + int(delayed), int(leased)
+
+    async def waiting(self) -> Waiting:
+        """URLs queued or delayed, their hosts and the next due time (a scan
+        over the hosts: for the closing report and monitoring)."""
+        ready = cast("list[bytes]", await self.client.zrange(self.keys.ready, 0, -1))
+        hosts = {h.decode() for h in ready}
+        urls = await self.queued()
+        delayed = cast(
+            "list[tuple[bytes, float]]",
+            await self.client.zrange(self.keys.delayed, 0, -1, withscores=True),
+        )
+        urls += len(delayed)
+        hosts.update(m.split(b"\n", 1)[0].decode() for m, _ in delayed)
+        tops = [
+            await self.client.zrange(key, 0, 0, withscores=True)
+            for key in (self.keys.ready, self.keys.delayed)
+        ]
+        due = [int(t[0][1]) for t in tops if t]
+        return Waiting(urls, len(hosts), min(due) if due else -1)
 
     async def queued(self) -> int:
         """Requests queued over all hosts (a scan over the ready hosts: for

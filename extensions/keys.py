@@ -16,6 +16,12 @@ key                             type    what it holds
                                         (ms) they may next be fetched from
 ``web:{web}:h:<host>``          HASH    one host's politeness record: ``next``,
                                         ``delay``, ``backoff``, ``park`` (ms)
+``web:{web}:delayed``           ZSET    retries not due yet: host, priority
+                                        and request -> due time (ms)
+``web:{web}:dlq``               HASH    dead-letter queue: URL -> JSON entry
+                                        (reason, status/error, attempts,
+                                        first/last failure, request)
+``web:{web}:dlq:reasons``       HASH    dead letters per reason class
 ``web:{web}:leases``            ZSET    lease id -> deadline (ms)
 ``web:{web}:lease``             HASH    lease id -> host, score and request
 ``web:{web}:seq``               STRING  arrival counter (FIFO within a priority)
@@ -67,6 +73,9 @@ class FrontierKeys:
         self.seq = tagged + "seq"
         self.workers = tagged + "workers"
         self.wal_prefix = tagged + "wal:"
+        self.delayed = tagged + "delayed"
+        self.dlq = tagged + "dlq"
+        self.dlq_reasons = tagged + "dlq:reasons"
 
     def queue(self, host: str) -> str:
         return self.queue_prefix + host

@@ -22,8 +22,22 @@ Leases end (are acknowledged) when the request's outcome is final and
 durable: its page stored (signal :data:`extensions.signals.items_stored`), a
 redirect or retry queued in its place (handed over atomically in the same
 script), or the request dropped (spider error, dropped item, filtered).
-A crawl is idle only when no host has queued requests, no lease is out
-anywhere in the fleet, and the local queues are empty.
+A retry carries its delay in ``meta["frontier_delay_ms"]``
+(:mod:`extensions.failures`): it waits in Redis, not here.
+
+Terminal failures reach the dead-letter queue (:mod:`extensions.dlq`) through
+the :data:`extensions.signals.request_dead` signal: they are written before
+the acknowledgements of the same round, so a failed page is never acknowledged
+without its dead letter. A redirect that another component refuses in
+``request_scheduled`` (Scrapy's OffsiteMiddleware, before ``enqueue_request``)
+ends its parent's lease with a dead letter (``offsite_redirect``).
+
+A crawl is idle when no work is due: no host may be fetched from now, no
+retry is due, no lease is out anywhere in the fleet, and the local queues are
+empty. Parked hosts and retries due later do not keep a finite crawl
+(``MAX_IDLE_TIME_BEFORE_CLOSE``) open: they stay in Redis for the next run,
+and the closing log line and the ``frontier/waiting_*`` stats say how many.
+A worker silent for three heartbeats is dead: its leases go back at once.
 """
 
 from __future__ import annotations
@@ -49,6 +63,8 @@ from twisted.internet.defer import Deferred
 from extensions import config, defaults
 from extensions.canonical import canonicalize_url
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
+from extensions.dlq import DeadLetter, DeadLetters, dead_letter
+from extensions.failures import DELAY_META
 from extensions.frontier import Frontier, QueuedRequest
 from extensions.hosts import host_key
 from extensions.keys import crawl_patterns
@@ -58,7 +74,7 @@ from extensions.serialization import (
     request_from_bytes,
     request_to_bytes,
 )
-from extensions.signals import items_stored
+from extensions.signals import items_stored, request_dead
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -74,6 +90,9 @@ LEASE_META = "frontier_lease"
 MAX_LEASE_AGE = 3600.0
 # Poll interval when the frontier is empty (other workers may add work).
 IDLE_POLL = 0.5
+# A worker whose heartbeat is this many intervals old is dead: its leases
+# and write-ahead batches go back to the frontier.
+DEAD_AFTER_HEARTBEATS = 3
 
 
 async def _maybe_await(result: Any) -> Any:
@@ -145,6 +164,11 @@ class RedisScheduler(BaseScheduler):
         self.stats = crawler.stats
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
+        self.dlq: DeadLetters | None = None
+        self._dead: list[DeadLetter] = []
+        # Redirects announced in request_scheduled, not yet enqueued: a
+        # component that refuses one there never calls enqueue_request.
+        self._announced: dict[int, Request] = {}
         # Local state, all touched only on the reactor thread.
         self._outbox: deque[tuple[Request, str | None]] = deque()
         self._acks: list[str] = []
@@ -175,7 +199,10 @@ class RedisScheduler(BaseScheduler):
     def open(self, spider: Spider) -> Deferred[None]:
         self.spider = spider
         self.frontier = Frontier(async_client(self.crawler), spider.name)
+        self.dlq = DeadLetters(self.frontier.client, spider.name)
         sig = self.crawler.signals
+        sig.connect(self._on_request_dead, signal=request_dead)
+        sig.connect(self._on_request_scheduled, signal=signals.request_scheduled)
         sig.connect(self._on_items_stored, signal=items_stored)
         sig.connect(self._on_item_finished, signal=signals.item_dropped)
         sig.connect(self._on_item_finished, signal=signals.item_error)
@@ -212,6 +239,7 @@ class RedisScheduler(BaseScheduler):
             returned = await self._retrying(self.frontier.release, unstarted, limit=5)
             logger.info("Handed back %s unstarted leases", returned)
         await self._retrying(self._sync_out, limit=5)
+        await self._retrying(self._report_waiting, limit=2)
         if self._pending is None:
             # Nothing written ahead is left: no one needs to recover us.
             await self._retrying(
@@ -235,6 +263,7 @@ class RedisScheduler(BaseScheduler):
             self._buffer
             or self._outbox
             or self._acks
+            or self._dead
             or self._pending
             or self._memory
             or self._held
@@ -246,6 +275,7 @@ class RedisScheduler(BaseScheduler):
         canonical = canonicalize_url(request.url)
         if canonical != request.url:
             request = request.replace(url=canonical)
+        self._announced.pop(id(request), None)
         parent = request.meta.pop(LEASE_META, None)
         if parent is not None:
             # A redirect or retry of a leased request: the lease is handed
@@ -290,10 +320,50 @@ class RedisScheduler(BaseScheduler):
 
     def _on_spider_error(self, failure: Any, response: Any, **_: Any) -> None:
         if response is not None:
+            request = response.request
+            if request is not None and response.meta.get(LEASE_META):
+                error = f"{type(failure.value).__name__}: {failure.value}"[:500]
+                letter = self._letter(request, "unparseable", error)
+                if letter is not None:
+                    letter.status = response.status
+                    self._on_request_dead(letter)
             self._ack(response.meta.get(LEASE_META))
 
     def _on_request_dropped(self, request: Request, **_: Any) -> None:
         self._ack(request.meta.get(LEASE_META))
+
+    def _on_request_dead(self, letter: DeadLetter, **_: Any) -> None:
+        self._dead.append(letter)
+        self.stats.inc_value(f"dlq/added/{letter.reason}")
+        self._wakeup.set()
+
+    def _on_request_scheduled(self, request: Request, **_: Any) -> None:
+        # A child of a leased request (a redirect, a retry, a deferral) is
+        # announced here before enqueue_request; if a handler of this signal
+        # refuses it (OffsiteMiddleware raises IgnoreRequest), the engine
+        # never calls enqueue_request nor request_dropped, and the parent's
+        # lease would be held for MAX_LEASE_AGE. Check right after the
+        # engine's synchronous _schedule_request has returned.
+        if request.meta.get(LEASE_META) is None:
+            return
+        self._announced[id(request)] = request
+        asyncio.get_running_loop().call_soon(self._check_announced, id(request))
+
+    def _check_announced(self, key: int) -> None:
+        request = self._announced.pop(key, None)
+        if request is None:
+            return  # enqueued
+        self.stats.inc_value("scheduler/refused_on_schedule")
+        letter = self._letter(request, "offsite_redirect", "refused when scheduled")
+        if letter is not None:
+            self._on_request_dead(letter)
+        self._ack(request.meta.get(LEASE_META))
+
+    def _letter(self, request: Request, reason: str, error: str) -> DeadLetter | None:
+        try:
+            return dead_letter(request, self.spider, reason, error=error)
+        except UnserializableRequest:
+            return None
 
     # -- the background task --------------------------------------------------
 
@@ -370,6 +440,7 @@ class RedisScheduler(BaseScheduler):
         rather than dropped as "seen".
         """
         assert self.frontier is not None
+        await self._flush_dead()
         while self._pending or self._outbox or self._acks:
             if self._pending is None:
                 batch = [
@@ -393,6 +464,7 @@ class RedisScheduler(BaseScheduler):
                 p.queued = []
                 for request, queued in p.candidates:
                     if not request.dont_filter and next(seen):
+                        self._redirect_loop(request)
                         self.crawler.signals.send_catch_log(
                             signals.request_dropped, request=request, spider=self.spider
                         )
@@ -403,6 +475,7 @@ class RedisScheduler(BaseScheduler):
                 self.stats.inc_value("scheduler/dedup_uncertain", len(p.candidates))
                 p.queued = [q for _, q in p.candidates]
                 p.stage = "deduped"
+            await self._flush_dead()
             wal = (self.worker, p.entry) if p.candidates else None
             added, acked = await self.frontier.commit(p.queued, p.acks, wal)
             self._pending = None
@@ -417,6 +490,29 @@ class RedisScheduler(BaseScheduler):
                 logger.debug(
                     "Pushed %s (%s new), acked %s", len(p.queued), added, acked
                 )
+
+    async def _flush_dead(self) -> None:
+        """Write the dead letters. Before the acknowledgements: a page's
+        lease never ends without its dead letter written."""
+        if self._dead:
+            assert self.dlq is not None
+            dead = list(self._dead)
+            await self.dlq.add(dead)
+            del self._dead[: len(dead)]
+
+    def _redirect_loop(self, request: Request) -> None:
+        """A redirect (or meta refresh) back to a URL of its own chain is
+        a duplicate to the dupefilter: dead-letter it as a loop."""
+        chain = request.meta.get("redirect_urls") or []
+        if request.url in chain or canonicalize_url(request.url) in {
+            canonicalize_url(u) for u in chain
+        }:
+            self.stats.inc_value("scheduler/redirect_loop")
+            letter = self._letter(request, "redirect_loop", " -> ".join(chain))
+            if letter is not None:
+                letter.error = letter.error and letter.error[:500]
+                self._dead.append(letter)
+                self.stats.inc_value("dlq/added/redirect_loop")
 
     def _prepare(
         self, batch: list[tuple[Request, str | None]], acks: list[str]
@@ -433,6 +529,7 @@ class RedisScheduler(BaseScheduler):
             except UnserializableRequest as exc:
                 self._unserializable(request, exc)
                 continue
+            delay = int(request.meta.pop(DELAY_META, 0) or 0)
             host = host_key(request.url)
             priority = (
                 self.score(request, self.host_counts)
@@ -440,7 +537,7 @@ class RedisScheduler(BaseScheduler):
                 else request.priority
             )
             self.host_counts.add(host)
-            candidates.append((request, QueuedRequest(host, priority, member)))
+            candidates.append((request, QueuedRequest(host, priority, member, delay)))
         return _Batch(candidates, acks, uuid.uuid4().hex[:12])
 
     def _unserializable(self, request: Request, exc: Exception) -> None:
@@ -466,7 +563,8 @@ class RedisScheduler(BaseScheduler):
             self.default_delay_ms,
             backoff_quiet_ms=self.backoff_quiet_ms,
         )
-        self._remote_ready = batch.hosts_ready
+        # Due work only: a parked host or a later retry is not pending.
+        self._remote_ready = int(batch.wait_ms == 0)
         self._remote_leases = batch.leases_outstanding
         if batch.reclaimed:
             self.stats.inc_value("scheduler/reclaimed", batch.reclaimed)
@@ -503,13 +601,40 @@ class RedisScheduler(BaseScheduler):
             self.frontier.keys.workers,
             {self.worker: int(sec) * 1000 + int(usec) // 1000},
         )
-        recovered = await self.frontier.recover(int(self.lease_timeout * 1000))
+        recovered, reclaimed = await self.frontier.recover(
+            int(self.heartbeat * DEAD_AFTER_HEARTBEATS * 1000)
+        )
         if recovered:
             self.stats.inc_value("scheduler/recovered", recovered)
             logger.warning(
                 "Queued again %s requests a stopped worker had not queued", recovered
             )
+        if reclaimed:
+            self.stats.inc_value("scheduler/reclaimed_dead", reclaimed)
+            logger.warning(
+                "Took back %s leases of workers silent for %d heartbeats",
+                reclaimed,
+                DEAD_AFTER_HEARTBEATS,
+            )
         self._remote_ready, self._remote_leases = await self.frontier.counts()
+
+    async def _report_waiting(self) -> None:
+        """Say what stays in Redis for the next run (log line and stats)."""
+        assert self.frontier is not None
+        waiting = await self.frontier.waiting()
+        self.stats.set_value("frontier/waiting_urls", waiting.urls)
+        self.stats.set_value("frontier/waiting_hosts", waiting.hosts)
+        if waiting.urls:
+            now = await self.frontier.now_ms()
+            due_in = max(0.0, (waiting.next_due_ms - now) / 1000)
+            self.stats.set_value("frontier/next_due_in_s", round(due_in, 1))
+            logger.info(
+                "Closing with %s URLs waiting in Redis on %s hosts; the next is "
+                "due in %.0f s",
+                waiting.urls, waiting.hosts, due_in,
+            )  # fmt: skip
+        else:
+            logger.info("Closing with no URL waiting in Redis")
 
     async def _flush_keys(self) -> None:
         assert self.frontier is not None and self.spider is not None

@@ -9,6 +9,15 @@
     ``lease`` attribute): a crash between fetch and flush therefore loses
     nothing.
 
+``request_dead``
+    A request's story ended in a terminal failure (its retry budget spent, a
+    refusal, a redirect loop). Argument: ``letter``, an
+    :class:`extensions.dlq.DeadLetter` (build it with
+    :func:`extensions.dlq.dead_letter`). The scheduler writes it to the
+    dead-letter queue before it acknowledges the request's lease. The spider
+    sends it from its final-failure errback; components that end a request
+    elsewhere send it too.
+
 Why here and not in ``pipelines``: the arrow between the two library packages
 points from ``pipelines`` to ``extensions`` (the pipelines use its Redis
 connection and key layout). The frontier defines what "durable" must be told
@@ -18,3 +27,5 @@ and close a cycle.
 """
 
 items_stored = object()
+
+request_dead = object()

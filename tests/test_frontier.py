@@ -189,12 +189,56 @@ def test_write_ahead_of_a_dead_worker_is_queued_again(redis_url: str) -> None:
         await f.client.zadd(f.keys.workers, {"dead": 0, "alive": 10**13})
         await f.log_ahead("dead", "e1", [q("http://a.test/1"), q("http://a.test/2")])
         await f.log_ahead("alive", "e2", [q("http://a.test/3")])
-        assert await f.recover(dead_after_ms=60_000) == 2
+        assert await f.recover(dead_after_ms=60_000) == (2, 0)
         got = await f.lease(10, "w", 60_000, 0)
         assert urls(got.leases) == ["http://a.test/1", "http://a.test/2"]
         assert await f.client.exists(f.keys.wal("dead")) == 0
         # A committed batch leaves nothing to recover.
         await f.commit([q("http://a.test/3")], wal=("alive", "e2"))
         assert await f.client.hlen(f.keys.wal("alive")) == 0
+
+    run(redis_url, body)
+
+
+def test_a_delayed_retry_waits_in_redis_until_due(redis_url: str) -> None:
+    """A retry replaces its parent's lease in one script and waits in the
+    delayed ZSET (not in any worker) until its due time on Redis's clock."""
+
+    async def body(f: Frontier) -> None:
+        await f.commit([q("http://a.test/page")])
+        (lease, member), *_ = (await f.lease(1, "w1", 60_000, 0)).leases
+        retry = QueuedRequest("http://a.test:80", 0, member, delay_ms=800)
+        assert await f.commit([retry], [lease]) == (1, 1)
+        assert await f.client.zcard(f.keys.leases) == 0
+        got = await f.lease(10, "w2", 60_000, 0)
+        assert got.leases == [] and 0 < got.wait_ms <= 800
+        # Not due work: a finite crawl may close while it waits.
+        assert await f.counts() == (0, 0)
+        waiting = await f.waiting()
+        assert (waiting.urls, waiting.hosts) == (1, 1)
+        assert 0 < waiting.next_due_ms - await f.now_ms() <= 800
+        await asyncio.sleep(got.wait_ms / 1000 + 0.05)
+        got = await f.lease(10, "w2", 60_000, 0)
+        assert urls(got.leases) == ["http://a.test/page"]
+        assert await f.client.zcard(f.keys.delayed) == 0
+
+    run(redis_url, body)
+
+
+def test_leases_of_a_silent_worker_come_back_at_once(redis_url: str) -> None:
+    """A worker whose heartbeat is older than the silence limit loses its
+    leases at the next recover call, long before their lease timeout."""
+
+    async def body(f: Frontier) -> None:
+        await f.commit([q("http://a.test/1"), q("http://a.test/2")])
+        await f.lease(1, "dead", 3_600_000, 0)
+        await f.lease(1, "alive", 3_600_000, 0)
+        now = await f.now_ms()
+        await f.client.zadd(f.keys.workers, {"dead": now - 31_000, "alive": now})
+        assert await f.recover(dead_after_ms=30_000) == (0, 1)
+        got = await f.lease(10, "alive", 60_000, 0)
+        assert urls(got.leases) == ["http://a.test/1"]
+        assert await f.client.zcard(f.keys.leases) == 2
+        assert await f.client.zscore(f.keys.workers, "dead") is None
 
     run(redis_url, body)

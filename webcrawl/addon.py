@@ -3,9 +3,10 @@
 It installs the defaults of every package (:mod:`extensions.defaults`,
 :mod:`pipelines.defaults`, :mod:`webcrawl.defaults`) at ``default`` priority,
 checks every value against its declared type and range, sets the Redis
-scheduler, the Bloom dupefilter, the robots, back-off and per-host lock
-downloader middlewares and the batching storage pipeline, and turns off what
-they replace (Scrapy's per-process robots middleware). Values a user sets at a
+scheduler, the Bloom dupefilter, the robots, back-off, failure-policy and
+per-host lock downloader middlewares and the batching storage pipeline, and
+turns off what they replace (Scrapy's per-process robots middleware and its
+immediate RetryMiddleware). Values a user sets at a
 higher priority (``-s``, scrapyd ``setting=``, a spider's ``custom_settings``)
 still win, and are checked like the defaults.
 
@@ -32,6 +33,12 @@ if TYPE_CHECKING:
 SCHEDULER = "extensions.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
 ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
+# The failure policy schedules retries in Redis in place of Scrapy's
+# immediate RetryMiddleware (same slot: below the back-off middleware).
+RETRY_MIDDLEWARES = {
+    "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
+    "extensions.failures.FailurePolicyMiddleware": 550,
+}
 # Every package's defaults module, installed and checked in this order.
 DEFAULTS = (extensions.defaults, pipelines.defaults, defaults)
 
@@ -54,6 +61,7 @@ class Webcrawl:
         # the fleet and replaces Scrapy's per-process one.
         settings.set("ROBOTSTXT_OBEY", False, "addon")
         settings["DOWNLOADER_MIDDLEWARES"].update(DOWNLOADER_MIDDLEWARES)
+        settings["DOWNLOADER_MIDDLEWARES"].update(RETRY_MIDDLEWARES)
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
         if not config.setting_or_env(settings, "REDIS_URL"):
             settings.set("REDIS_URL", ensure_embedded(webcrawl_home(settings)), "addon")

@@ -28,7 +28,6 @@ AUTOTHROTTLE_ENABLED = False
 DOWNLOAD_TIMEOUT = 30
 DOWNLOAD_MAXSIZE = 16 * 1024 * 1024
 DOWNLOAD_WARNSIZE = 4 * 1024 * 1024
-RETRY_TIMES = 2
 
 # The frontier orders requests; Scrapy's own breadth-first settings would only
 # reorder what the frontier already leased.

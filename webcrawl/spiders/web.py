@@ -40,8 +40,12 @@ from scrapy.utils.sitemap import Sitemap
 from extensions import config
 from extensions.config import SettingsError
 from extensions.connection import async_client
+from extensions.dlq import dead_letter
+from extensions.failures import FAILURE_META, classify_exception
 from extensions.scheduler import LEASE_META
 from extensions.seeds import SeedList
+from extensions.serialization import UnserializableRequest
+from extensions.signals import request_dead
 from pipelines.items import PageItem
 from webcrawl import defaults
 
@@ -299,8 +303,12 @@ class WebSpider(Spider):
                 yield Request(response.urljoin(loc), errback=self.on_error)
 
     def on_error(self, failure: Failure) -> Iterator[PageItem]:
+        """The final-failure path of every request: the page is stored with
+        its error, and a terminal failure is dead-lettered (an exception may
+        name its class with a ``failure_reason`` attribute)."""
         request: Request = failure.request  # type: ignore[attr-defined]
         value = failure.value
+        self._dead_letter(request, value)
         if isinstance(value, HttpError):
             yield self._item(value.response, error=f"http {value.response.status}")
             return
@@ -319,6 +327,25 @@ class WebSpider(Spider):
             lease=request.meta.get(LEASE_META),
             worker=self.worker,
         )
+
+    def _dead_letter(self, request: Request, value: BaseException | None) -> None:
+        record = request.meta.get(FAILURE_META) or {}
+        status = None
+        if isinstance(value, HttpError):
+            status = value.response.status
+            reason = record.get("reason") if record.get("terminal") else None
+        else:
+            reason = record.get("reason") if record.get("terminal") else None
+            if reason is None and value is not None:
+                reason = classify_exception(value)
+        if reason is None:
+            return  # a final answer (404) or a filter's refusal: stored only
+        error = None if record else f"{type(value).__name__}: {value}"[:500]
+        try:
+            letter = dead_letter(request, self, reason, status=status, error=error)
+        except UnserializableRequest:
+            return
+        self.crawler.signals.send_catch_log(request_dead, letter=letter)
 
 
 def _looks_like_sitemap(response: Response) -> bool:

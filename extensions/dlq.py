@@ -1,0 +1,237 @@
+"""The dead-letter queue: every URL whose story ended in a terminal failure.
+
+Keys (see :mod:`extensions.keys`): ``web:{web}:dlq``, a HASH of URL -> JSON
+entry, and ``web:{web}:dlq:reasons``, a HASH of reason class -> count kept
+in step by the scripts below (the status command reads sizes by reason
+without a scan). An entry holds::
+
+    {"url": ..., "host": "http://a.test:80", "reason": "dns",
+     "status": 503 or null, "error": "DNSLookupError: ..." or null,
+     "attempts": 2, "first_failure": 1763860000.1, "last_failure": ...,
+     "priority": 0, "request": "<the request as the frontier queues it>"}
+
+``request`` is the frontier's own serialization of the request
+(:func:`extensions.serialization.request_to_bytes`) without its failure
+history, so :meth:`DeadLetters.requeue` puts it back exactly as it was first
+queued, past the dupefilter, with a fresh failure budget. The page stays on
+record in the page store as well (the spider stores every final failure).
+One entry per URL: a URL that fails again replaces its entry.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from extensions.failures import FAILURE_META
+from extensions.frontier import Frontier, QueuedRequest
+from extensions.hosts import host_key, hostname_of
+from extensions.keys import FrontierKeys
+from extensions.serialization import request_to_bytes
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    import redis.asyncio as aredis
+    from scrapy import Request, Spider
+
+# Per-attempt meta a re-queued request must not carry: its failure history,
+# the redirect chain it followed, the politeness deferrals it went through.
+_ATTEMPT_META = (
+    FAILURE_META,
+    "redirect_urls",
+    "redirect_reasons",
+    "redirect_times",
+    "redirect_ttl",
+    "politeness_deferrals",
+    "politeness_deferred",
+    "politeness_lock",
+)
+
+# add: store or replace one entry and keep the per-reason counts in step.
+# KEYS[1] dlq HASH, KEYS[2] reasons HASH
+# ARGV[1] URL, ARGV[2] reason, ARGV[3] entry JSON
+# The entry's ``last_failure`` is set from the Redis clock (seconds), and
+# ``first_failure`` too when the entry has none. Returns 1 if the URL was new.
+ADD_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local entry = cjson.decode(ARGV[3])
+entry['last_failure'] = now
+if entry['first_failure'] == nil or entry['first_failure'] == cjson.null then
+  entry['first_failure'] = now
+end
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if old then
+  local reason = cjson.decode(old)['reason']
+  if redis.call('HINCRBY', KEYS[2], reason, -1) <= 0 then
+    redis.call('HDEL', KEYS[2], reason)
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(entry))
+redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+if old then return 0 end
+return 1
+"""
+
+# remove: delete entries and keep the per-reason counts in step.
+# KEYS[1] dlq HASH, KEYS[2] reasons HASH; ARGV: the URLs.
+# Returns the number of entries deleted.
+REMOVE_LUA = """
+local n = 0
+for _, url in ipairs(ARGV) do
+  local old = redis.call('HGET', KEYS[1], url)
+  if old then
+    local reason = cjson.decode(old)['reason']
+    if redis.call('HINCRBY', KEYS[2], reason, -1) <= 0 then
+      redis.call('HDEL', KEYS[2], reason)
+    end
+    redis.call('HDEL', KEYS[1], url)
+    n = n + 1
+  end
+end
+return n
+"""
+
+
+@dataclass
+class DeadLetter:
+    """One terminal failure, as the spider or a middleware reports it."""
+
+    url: str
+    host: str
+    reason: str
+    request: str  # the frontier's serialization, failure history removed
+    priority: int = 0
+    status: int | None = None
+    error: str | None = None
+    attempts: int = 1
+    first_failure: float | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, separators=(",", ":"))
+
+
+def dead_letter(
+    request: Request,
+    spider: Spider | None,
+    reason: str,
+    *,
+    status: int | None = None,
+    error: str | None = None,
+) -> DeadLetter:
+    """The dead letter of ``request``: the request as it was first queued
+    (the first URL of a redirect chain, no per-attempt meta), with the
+    failure record it carries (``meta["failure"]``) when it has one.
+    Raises :class:`extensions.serialization.UnserializableRequest`."""
+    record = request.meta.get(FAILURE_META) or {}
+    urls = request.meta.get("redirect_urls") or [request.url]
+    meta = {k: v for k, v in request.meta.items() if k not in _ATTEMPT_META}
+    original = request.replace(url=urls[0], meta=meta)
+    return DeadLetter(
+        url=urls[0],
+        host=host_key(urls[0]),
+        reason=reason,
+        request=request_to_bytes(original, spider).decode(),
+        priority=request.priority,
+        status=status if status is not None else record.get("status"),
+        error=error if error is not None else record.get("error"),
+        attempts=int(record.get("attempts") or 1),
+        first_failure=record.get("first"),
+    )
+
+
+def matches(entry: dict[str, Any], reason: str | None, host: str | None) -> bool:
+    """The ``--reason`` / ``--host`` filter of the commands; ``host`` matches
+    the host key (``http://a.test:80``) or the bare host name.
+
+    >>> e = {"reason": "dns", "host": "http://a.test:80"}
+    >>> matches(e, "dns", None), matches(e, None, "a.test"), matches(e, "tls", None)
+    (True, True, False)
+    """
+    if reason and entry.get("reason") != reason:
+        return False
+    if host:
+        key = str(entry.get("host", ""))
+        if host.lower() not in (key, hostname_of(key)):
+            return False
+    return True
+
+
+class DeadLetters:
+    """Asynchronous access to one crawl's dead-letter queue."""
+
+    def __init__(self, client: aredis.Redis, prefix: str) -> None:
+        self.client = client
+        self.keys = FrontierKeys(prefix)
+        self.prefix = prefix
+        self._add = client.register_script(ADD_LUA)
+        self._remove = client.register_script(REMOVE_LUA)
+
+    async def add(self, letters: Iterable[DeadLetter]) -> int:
+        """Store ``letters``; return how many URLs were new to the queue."""
+        new = 0
+        for letter in letters:
+            new += int(
+                await self._add(
+                    keys=[self.keys.dlq, self.keys.dlq_reasons],
+                    args=[letter.url, letter.reason, letter.to_json()],
+                )
+            )
+        return new
+
+    async def sizes(self) -> dict[str, int]:
+        """Dead letters per reason class (one HGETALL: cheap enough for a
+        status poll)."""
+        raw = cast(
+            "dict[bytes, bytes]", await self.client.hgetall(self.keys.dlq_reasons)
+        )
+        return {k.decode(): int(v) for k, v in sorted(raw.items()) if int(v) > 0}
+
+    async def entries(
+        self, reason: str | None = None, host: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The entries matching the filters, oldest last failure first."""
+        found = []
+        async for _url, blob in self.client.hscan_iter(self.keys.dlq, count=1000):
+            entry = json.loads(blob)
+            if matches(entry, reason, host):
+                found.append(entry)
+        found.sort(key=lambda e: (e.get("last_failure") or 0, e["url"]))
+        return found
+
+    async def purge(self, reason: str | None = None, host: str | None = None) -> int:
+        urls = [e["url"] for e in await self.entries(reason, host)]
+        return await self._delete(urls)
+
+    async def requeue(self, reason: str | None = None, host: str | None = None) -> int:
+        """Put the matching requests back in the frontier, exactly as first
+        queued and past the dupefilter (which has seen them), then delete
+        their entries. Queued before deleted: a stop in between leaves a URL
+        both queued and dead-lettered, never neither."""
+        entries = await self.entries(reason, host)
+        frontier = Frontier(self.client, self.prefix)
+        done = 0
+        for i in range(0, len(entries), 500):
+            chunk = entries[i : i + 500]
+            await frontier.commit(
+                [
+                    QueuedRequest(
+                        e["host"], int(e.get("priority") or 0), e["request"].encode()
+                    )
+                    for e in chunk
+                ]
+            )
+            done += await self._delete([e["url"] for e in chunk])
+        return done
+
+    async def _delete(self, urls: list[str]) -> int:
+        n = 0
+        for i in range(0, len(urls), 500):
+            n += int(
+                await self._remove(
+                    keys=[self.keys.dlq, self.keys.dlq_reasons], args=urls[i : i + 500]
+                )
+            )
+        return n

@@ -1,0 +1,354 @@
+"""One failure policy: which failures are retried, when, and for how long.
+
+Settings read (defaults in :mod:`extensions.defaults`): ``FAILURE_POLICY_ENABLED``,
+``RETRY_DELAY_JITTER``, ``RETRY_AFTER_MAX``, ``RETRY_THROTTLED_TIME_BUDGET``.
+
+Every failed download is put in one *failure class* (:func:`classify`), and
+the class's :class:`Policy` says whether it is retried, after how long (an
+exponential curve with jitter, or the server's ``Retry-After`` up to a cap),
+how many attempts it may take and how long after its first failure it is
+given up. The table is :data:`POLICIES`; the README shows it.
+
+A retry never waits in a worker: :class:`FailurePolicyMiddleware` (which
+replaces Scrapy's ``RetryMiddleware``) returns a copy of the request with its
+delay in ``meta["frontier_delay_ms"]``; the scheduler hands the parent's
+lease over to it in the script that puts it in the frontier's ``delayed``
+ZSET, where it waits until due, whoever dies meanwhile. A request whose
+budget is spent goes on to the spider's errback with its failure record in
+``meta["failure"]``; the spider stores the page and dead-letters it
+(:mod:`extensions.dlq`).
+
+A 429 or 503 with ``Retry-After`` is not a failure budget: a server that says
+when to come back is honoured, attempt after attempt, until the class's time
+budget is spent.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self
+
+from scrapy.exceptions import (
+    CannotResolveHostError,
+    DownloadCancelledError,
+    DownloadConnectionRefusedError,
+    DownloadFailedError,
+    DownloadTimeoutError,
+    IgnoreRequest,
+    NotConfigured,
+)
+from twisted.internet import error as twisted_error
+from twisted.web.client import ResponseFailed
+
+from extensions import config, defaults
+from extensions.backoff import parse_retry_after
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Request, Response
+
+logger = logging.getLogger(__name__)
+
+# Meta keys: the failure record a request carries from attempt to attempt,
+# and the delay the scheduler reads (and strips) when it queues a retry.
+FAILURE_META = "failure"
+DELAY_META = "frontier_delay_ms"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How one failure class is treated."""
+
+    retried: bool
+    attempts: int = 1  # fetches in all, the first included (0: no limit)
+    initial: float = 0.0  # seconds before the first retry (doubles per retry)
+    cap: float = 0.0  # largest delay between two attempts
+    budget: float = 0.0  # seconds after the first failure it is given up
+    note: str = ""
+
+
+# The policy table (the README's failure table is this, in words).
+POLICIES: dict[str, Policy] = {
+    # A name that does not resolve rarely starts resolving within minutes:
+    # one retry 30 s later, then give up (a dead link on the internet).
+    "dns": Policy(True, 2, 30.0, 30.0, 120.0, "DNS name not found / no address"),
+    # The server is down or overloaded: a few spaced retries; after
+    # BREAKER_THRESHOLD failures the host's circuit breaker parks its queue.
+    "connection": Policy(
+        True, 4, 15.0, 300.0, 3600.0, "connection refused / reset / timeout"
+    ),
+    "tls": Policy(True, 2, 60.0, 60.0, 600.0, "TLS handshake / certificate failure"),
+    "http_5xx": Policy(True, 3, 30.0, 600.0, 3600.0, "HTTP 500, 502, 504, other 5xx"),
+    # 429 / 503 without Retry-After: the host's back-off (extensions.backoff)
+    # parks it as well.
+    "throttled": Policy(True, 5, 60.0, 3600.0, 21600.0, "429/503 without Retry-After"),
+    # 429 / 503 with Retry-After: no attempt limit, only the time budget
+    # (RETRY_THROTTLED_TIME_BUDGET); the delay is the server's, capped.
+    "retry_after": Policy(True, 0, 0.0, 0.0, 21600.0, "429 / 503 with Retry-After"),
+    "too_large": Policy(False, note="over DOWNLOAD_MAXSIZE or the decompression limit"),
+    "unparseable": Policy(False, note="response the spider cannot parse"),
+    "redirect_loop": Policy(False, note="redirect or meta refresh back into its chain"),
+    "too_many_redirects": Policy(False, note="more than REDIRECT_MAX_TIMES redirects"),
+}  # fmt: skip
+
+DNS_ERRORS: tuple[type[BaseException], ...] = (
+    CannotResolveHostError,
+    twisted_error.DNSLookupError,
+)
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    DownloadConnectionRefusedError,
+    DownloadFailedError,
+    DownloadTimeoutError,
+    TimeoutError,
+    ConnectionRefusedError,
+    ConnectionResetError,
+    twisted_error.ConnectError,
+    twisted_error.ConnectionLost,
+    twisted_error.ConnectionDone,
+    twisted_error.TimeoutError,
+    ResponseFailed,
+)
+THROTTLE_CODES = frozenset({429, 503})
+# Statuses that are retried as connection trouble (Scrapy retries them too).
+TIMEOUT_CODES = frozenset({408})
+
+
+def _tls_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from OpenSSL.SSL import Error as OpenSSLError
+    except ImportError:  # pyOpenSSL is a Scrapy dependency; be safe anyway
+        return ()
+    return (OpenSSLError,)
+
+
+TLS_ERRORS = _tls_errors()
+
+
+def classify_exception(exc: BaseException) -> str | None:
+    """The failure class of a download exception; None when no policy
+    applies (an ``IgnoreRequest`` of a filter, a programming error).
+
+    An exception may name its own class with a ``failure_reason`` attribute
+    (the SSRF guard's refusals say ``blocked_address``): it is terminal.
+
+    >>> classify_exception(CannotResolveHostError("x"))
+    'dns'
+    >>> classify_exception(DownloadTimeoutError("x"))
+    'connection'
+    >>> classify_exception(IgnoreRequest("filtered")) is None
+    True
+    >>> classify_exception(IgnoreRequest("max redirections reached"))
+    'too_many_redirects'
+    """
+    reason = getattr(exc, "failure_reason", None)
+    if isinstance(reason, str):
+        return reason
+    if isinstance(exc, DownloadCancelledError):
+        return "too_large"  # DOWNLOAD_MAXSIZE cancels the download
+    if isinstance(exc, IgnoreRequest):
+        # Scrapy says these two with an IgnoreRequest: tell them by the
+        # message (RedirectMiddleware) and by the cause (HttpCompression).
+        if str(exc) == "max redirections reached":
+            return "too_many_redirects"
+        if type(exc.__cause__).__name__ == "_DecompressionMaxSizeExceeded":
+            return "too_large"
+        return None
+    if isinstance(exc, DNS_ERRORS):
+        return "dns"
+    if TLS_ERRORS and isinstance(exc, TLS_ERRORS):
+        return "tls"
+    if isinstance(exc, ResponseFailed) and any(
+        TLS_ERRORS and isinstance(r.value, TLS_ERRORS) for r in exc.reasons
+    ):
+        return "tls"
+    if isinstance(exc, CONNECTION_ERRORS):
+        return "connection"
+    return None
+
+
+def classify_status(status: int, retry_after: float | None) -> str | None:
+    """The failure class of an HTTP status; None when it is a final answer.
+
+    >>> classify_status(503, 1.0), classify_status(429, None)
+    ('retry_after', 'throttled')
+    >>> classify_status(502, None)
+    'http_5xx'
+    >>> classify_status(404, None) is None, classify_status(408, None)
+    (True, 'connection')
+    """
+    if status in THROTTLE_CODES:
+        return "retry_after" if retry_after is not None else "throttled"
+    if status in TIMEOUT_CODES:
+        return "connection"
+    if 500 <= status <= 599:
+        return "http_5xx"
+    return None
+
+
+def backoff_delay(policy: Policy, attempts: int, jitter: float, rand: float) -> float:
+    """Seconds before the next attempt after ``attempts`` failed ones:
+    ``initial * 2**(attempts-1)``, capped, times ``1 + jitter * rand``
+    (``rand`` in [-1, 1]).
+
+    >>> p = Policy(True, 5, 10.0, 60.0, 3600.0)
+    >>> [backoff_delay(p, n, 0.0, 0.0) for n in (1, 2, 3, 4)]
+    [10.0, 20.0, 40.0, 60.0]
+    >>> backoff_delay(p, 1, 0.2, 1.0)
+    12.0
+    """
+    base = min(policy.cap, policy.initial * 2 ** max(0, attempts - 1))
+    return base * (1.0 + jitter * rand)
+
+
+@dataclass
+class Decision:
+    reason: str
+    retry: bool
+    delay: float  # seconds; meaningful when retry
+    attempts: int  # attempts made so far, this one included
+
+
+class FailurePolicy:
+    """Applies :data:`POLICIES` to one failure of one request."""
+
+    def __init__(self, jitter: float, retry_after_max: float, throttled_budget: float):
+        self.jitter = jitter
+        self.retry_after_max = retry_after_max
+        self.policies = dict(POLICIES)
+        self.policies["retry_after"] = Policy(
+            True, 0, 0.0, 0.0, throttled_budget, POLICIES["retry_after"].note
+        )
+
+    def decide(
+        self,
+        reason: str,
+        record: dict[str, Any],
+        now: float,
+        retry_after: float | None = None,
+    ) -> Decision:
+        """``record`` is the request's failure record so far (``attempts``,
+        ``first``); the decision counts this failure."""
+        attempts = int(record.get("attempts", 0)) + 1
+        first = float(record.get("first") or now)
+        policy = self.policies.get(reason)
+        if policy is None or not policy.retried:
+            return Decision(reason, False, 0.0, attempts)
+        if reason == "retry_after":
+            delay = min(retry_after or 0.0, self.retry_after_max)
+            # A little jitter spreads a fleet's return; never earlier.
+            delay *= 1.0 + self.jitter * random.random()
+        else:
+            delay = backoff_delay(
+                policy, attempts, self.jitter, random.uniform(-1.0, 1.0)
+            )
+        out_of_attempts = policy.attempts and attempts >= policy.attempts
+        out_of_time = policy.budget and (now + delay) - first > policy.budget
+        if out_of_attempts or out_of_time:
+            return Decision(reason, False, 0.0, attempts)
+        return Decision(reason, True, delay, attempts)
+
+
+def failure_record(
+    request: Request,
+    decision: Decision,
+    now: float,
+    status: int | None,
+    error: str | None,
+) -> dict[str, Any]:
+    """The request's failure record after this failure (JSON-safe)."""
+    old = request.meta.get(FAILURE_META) or {}
+    return {
+        "reason": decision.reason,
+        "attempts": decision.attempts,
+        "first": old.get("first") or now,
+        "last": now,
+        "status": status,
+        "error": error,
+        "terminal": not decision.retry,
+    }
+
+
+class FailurePolicyMiddleware:
+    """Downloader middleware (at 550, in place of Scrapy's RetryMiddleware):
+    classify each failure, schedule its retry in Redis, or mark it terminal.
+
+    Order: below the back-off middleware (560), which sees a 429/503 or a
+    connection failure first and parks the host; a retry then waits for the
+    later of its own due time and the host's park.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        s = crawler.settings
+        config.require(s, defaults)
+        if not s.getbool("FAILURE_POLICY_ENABLED"):
+            raise NotConfigured("FAILURE_POLICY_ENABLED is False")
+        self.crawler = crawler
+        self.policy = FailurePolicy(
+            s.getfloat("RETRY_DELAY_JITTER"),
+            s.getfloat("RETRY_AFTER_MAX"),
+            s.getfloat("RETRY_THROTTLED_TIME_BUDGET"),
+        )
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    def process_response(
+        self, request: Request, response: Response
+    ) -> Request | Response:
+        if request.meta.get("dont_retry"):
+            return response
+        retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
+        reason = classify_status(response.status, retry_after)
+        if reason is None:
+            return response
+        retry = self._decide(
+            request, reason, response.status, f"HTTP {response.status}", retry_after
+        )
+        return retry if retry is not None else response
+
+    def process_exception(
+        self, request: Request, exception: Exception
+    ) -> Request | None:
+        reason = classify_exception(exception)
+        if reason is None:
+            return None
+        if request.meta.get("dont_retry") and reason in POLICIES:
+            return None
+        error = f"{type(exception).__name__}: {exception}"[:500]
+        return self._decide(request, reason, None, error, None)
+
+    def _decide(
+        self,
+        request: Request,
+        reason: str,
+        status: int | None,
+        error: str,
+        retry_after: float | None,
+    ) -> Request | None:
+        stats = self.crawler.stats
+        assert stats is not None
+        now = time.time()
+        record = request.meta.get(FAILURE_META) or {}
+        decision = self.policy.decide(reason, record, now, retry_after)
+        request.meta[FAILURE_META] = failure_record(
+            request, decision, now, status, error
+        )
+        if not decision.retry:
+            stats.inc_value(f"failures/terminal/{reason}")
+            logger.info(
+                "Gave up %s after %d attempts (%s: %s)",
+                request.url, decision.attempts, reason, error,
+            )  # fmt: skip
+            return None
+        stats.inc_value(f"failures/retried/{reason}")
+        logger.debug(
+            "Retrying %s in %.1f s (%s, attempt %d)",
+            request.url, decision.delay, reason, decision.attempts,
+        )  # fmt: skip
+        meta = dict(request.meta)
+        meta[DELAY_META] = round(decision.delay * 1000)
+        return request.replace(dont_filter=True, meta=meta)
