@@ -11,9 +11,16 @@ errors); never before. While the buffer is full or the store fails, the
 engine is paused and ``process_item`` waits for room: pages are never
 dropped. Other items pass through untouched.
 
+What the pipeline passes on for a page (to feed exports, ``-o``/``FEEDS``)
+is its exported record (:func:`pipelines.records.page_record`): metadata and
+extracted text, the decoded body only with ``PIPELINE_ITEM_BODY``; never the
+lease token, the raw headers or body bytes of the
+:class:`~webcrawl.items.PageItem`.
+
 Settings read: ``PIPELINE_BATCH_SIZE``, ``PIPELINE_FLUSH_INTERVAL``,
 ``PIPELINE_MAX_BUFFER``, ``PIPELINE_ZLIB_LEVEL``, ``PIPELINE_RETRY_INITIAL``,
-``PIPELINE_RETRY_MAX``, ``PIPELINE_CLOSE_TIMEOUT``, ``NEARDUP_ENABLED``,
+``PIPELINE_RETRY_MAX``, ``PIPELINE_CLOSE_TIMEOUT``, ``PIPELINE_ITEM_BODY``,
+``NEARDUP_ENABLED``,
 ``NEARDUP_MAX_DISTANCE``, ``NEARDUP_MIN_WORDS``, ``NEARDUP_MAX_CANDIDATES``,
 and the store's (``PAGE_STORE``, ``MONGO_URI``, ``MONGO_DATABASE``,
 ``MONGO_TIMEOUT_MS``, ``SQLITE_PATH``, ``WEBCRAWL_HOME``, see
@@ -30,6 +37,7 @@ from scrapy.exceptions import NotConfigured
 
 from pipelines.batching import PageBatcher, PreparedPage, prepare_page
 from pipelines.dedup import EXACT, DuplicateIndex
+from pipelines.records import decode_body, page_record
 from pipelines.stores import store_from_settings
 from webcrawl import defaults, signals
 from webcrawl.items import PageItem
@@ -61,6 +69,7 @@ class StoragePipeline:
         self.close_timeout = s.getfloat(
             "PIPELINE_CLOSE_TIMEOUT", defaults.PIPELINE_CLOSE_TIMEOUT
         )
+        self.item_body = s.getbool("PIPELINE_ITEM_BODY", defaults.PIPELINE_ITEM_BODY)
         self.neardup = s.getbool("NEARDUP_ENABLED", defaults.NEARDUP_ENABLED)
         self.max_distance = s.getint(
             "NEARDUP_MAX_DISTANCE", defaults.NEARDUP_MAX_DISTANCE
@@ -120,7 +129,10 @@ class StoragePipeline:
         await self._check_duplicate(page)
         self._count_page(page)
         await self.batcher.put(page)
-        return item
+        body = None
+        if self.item_body and not item.error:
+            body = decode_body(item.body, page.metadata["encoding"])
+        return page_record(page.metadata, page.text, body)
 
     async def close_spider(self) -> None:
         if self.batcher is None:

@@ -16,6 +16,7 @@ from scrapy.utils.test import get_crawler
 
 from pipelines.batching import PageBatcher, PreparedPage, prepare_page
 from pipelines.dedup import EXACT, NEAR, DuplicateIndex
+from pipelines.records import RECORD_FIELDS
 from pipelines.storage import StoragePipeline
 from pipelines.stores.base import BatchResult, TransientStoreError
 from pipelines.stores.sqlite import SQLiteStore
@@ -220,7 +221,10 @@ def test_scrapy_glue_stores_dedups_and_signals(redis_url: str, tmp_path: Path) -
     async def main() -> None:
         await pipe.open_spider()
         for it in items:
-            assert await pipe.process_item(it) is it
+            record = await pipe.process_item(it)
+            # What feeds export: the page's record, not the item.
+            assert record["url"] == it.url
+            assert set(record) == set(RECORD_FIELDS)
         assert await pipe.process_item({"other": 1}) == {"other": 1}
         await pipe.close_spider()
 
