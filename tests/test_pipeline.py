@@ -242,6 +242,36 @@ def test_scrapy_glue_stores_dedups_and_signals(redis_url: str, tmp_path: Path) -
     assert err is not None and err.body is None and err.metadata["error"] == "boom"
 
 
+@pytest.mark.parametrize("with_body", [False, True])
+def test_passes_on_the_page_record_body_only_when_asked(
+    with_body: bool, tmp_path: Path
+) -> None:
+    settings: dict[str, Any] = {
+        "SQLITE_PATH": str(tmp_path / "pages.sqlite3"),
+        "NEARDUP_ENABLED": False,
+    }
+    if with_body:
+        settings["PIPELINE_ITEM_BODY"] = True
+    crawler = get_crawler(settings_dict=settings)
+    pipe = build_from_crawler(StoragePipeline, crawler)
+    page = item("b", lease="lease-token", worker="w1")
+
+    async def main() -> Any:
+        await pipe.open_spider()
+        record = await pipe.process_item(page)
+        await pipe.close_spider()
+        return record
+
+    record = run(main())
+    assert record["text"] == " ".join(f"pageb {w}" for w in WORDS[:60])
+    assert "lease-token" not in record.values()
+    if with_body:
+        assert record["body"] == page.body.decode()
+    else:
+        assert "body" not in record
+        assert defaults.PIPELINE_ITEM_BODY is False
+
+
 @pytest.mark.parametrize(
     ("settings", "ok"),
     [
