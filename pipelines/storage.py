@@ -129,6 +129,7 @@ class StoragePipeline:
         await self._check_duplicate(page)
         self._count_page(page)
         await self.batcher.put(page)
+        self._set("storage/buffer", self.batcher.pending)
         body = None
         if self.item_body and not item.error:
             body = decode_body(item.body, page.metadata["encoding"])
@@ -193,6 +194,8 @@ class StoragePipeline:
             )
         stats = self.crawler.stats
         if stats is not None:
+            if self.batcher is not None:
+                stats.set_value("storage/buffer", self.batcher.pending)
             raw = stats.get_value("storage/bytes/raw", 0)
             packed = stats.get_value("storage/bytes/compressed", 0)
             if packed:
@@ -218,6 +221,10 @@ class StoragePipeline:
     def _retry(self, error: BaseException, attempt: int) -> None:
         # Runs in the writer thread: stats collectors are plain dicts.
         self._inc("storage/retries")
+
+    def _set(self, key: str, value: int) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.set_value(key, value)
 
     def _inc(self, key: str, count: int = 1) -> None:
         if self.crawler.stats is not None:

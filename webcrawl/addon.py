@@ -6,7 +6,9 @@ turns off what they replace (Scrapy's per-process robots middleware). Values
 a user sets at a higher priority (``-s``, scrapyd ``setting=``, a spider's
 ``custom_settings``) still win.
 
-Settings read: ``REDIS_URL`` and ``WEBCRAWL_HOME``: when no Redis is
+It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0.
+
+Settings read: ``METRICS_PORT``, ``REDIS_URL`` and ``WEBCRAWL_HOME``: when no Redis is
 configured, the add-on starts (or finds) the embedded one here, before the
 crawl starts, so no component ever starts a process on the reactor thread.
 """
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 SCHEDULER = "extensions.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
 ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
+METRICS_EXTENSION = {"extensions.metrics.PrometheusMetrics": 500}
 
 
 class Webcrawl:
@@ -39,6 +42,8 @@ class Webcrawl:
         settings.set("ROBOTSTXT_OBEY", False, "addon")
         settings["DOWNLOADER_MIDDLEWARES"].update(DOWNLOADER_MIDDLEWARES)
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
+        if settings.getint("METRICS_PORT", defaults.METRICS_PORT) > 0:
+            settings["EXTENSIONS"].update(METRICS_EXTENSION)
         if not settings.get("REDIS_URL") and not os.environ.get("REDIS_URL"):
             home = (
                 settings.get("WEBCRAWL_HOME")

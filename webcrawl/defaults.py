@@ -119,6 +119,16 @@ BLOOM_STATS_INTERVAL = 60.0
 # Error-rate ratio of each new layer to the previous one (bound: rate / (1 - this)).
 BLOOM_TIGHTENING = 0.5
 
+# --- Metrics (extensions.metrics) --------------------------------------------
+# First port of this worker's Prometheus /metrics (0: off); busy: the next ones upward.
+METRICS_PORT = 0
+# Address /metrics binds (0.0.0.0: let a Prometheus on another machine scrape it).
+METRICS_HOST = "127.0.0.1"
+# Ports tried from METRICS_PORT upward before a worker gives up serving metrics.
+METRICS_PORT_TRIES = 16
+# Seconds between refreshes of the frontier gauges (a Redis scan of the ready hosts).
+METRICS_REFRESH_INTERVAL = 5.0
+
 # --- Page processing and storage (pipelines.storage, pipelines.stores) -------
 # Pages written to the page store per batch.
 PIPELINE_BATCH_SIZE = 50
