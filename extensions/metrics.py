@@ -45,9 +45,9 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
+from extensions import config, defaults
 from extensions.connection import async_client
 from extensions.frontier import Frontier
-from webcrawl import defaults
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -196,8 +196,8 @@ class WorkerCollector(Collector):
         self.crawler = crawler
         self.gauges = gauges
         s = crawler.settings
-        self.bloom_capacity = s.getint("BLOOM_CAPACITY", defaults.BLOOM_CAPACITY)
-        self.bloom_growth = s.getfloat("BLOOM_GROWTH", defaults.BLOOM_GROWTH)
+        self.bloom_capacity = s.getint("BLOOM_CAPACITY")
+        self.bloom_growth = s.getfloat("BLOOM_GROWTH")
 
     def _counter(self, name: str, value: float) -> CounterMetricFamily:
         return CounterMetricFamily(name, METRICS[name][1], value=value)
@@ -269,16 +269,16 @@ class PrometheusMetrics:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         s = crawler.settings
-        self.first_port = s.getint("METRICS_PORT", defaults.METRICS_PORT)
-        self.host = s.get("METRICS_HOST", defaults.METRICS_HOST)
-        self.tries = s.getint("METRICS_PORT_TRIES", defaults.METRICS_PORT_TRIES)
-        self.refresh_interval = s.getfloat(
-            "METRICS_REFRESH_INTERVAL", defaults.METRICS_REFRESH_INTERVAL
-        )
+        config.require(s, defaults)
+        self.first_port = s.getint("METRICS_PORT")
+        self.host = str(s.get("METRICS_HOST"))
+        self.tries = s.getint("METRICS_PORT_TRIES")
+        self.refresh_interval = s.getfloat("METRICS_REFRESH_INTERVAL")
         if self.first_port <= 0:
             raise NotConfigured("METRICS_PORT is 0: no /metrics")
-        if self.first_port + max(self.tries, 1) - 1 > 65535 or self.tries < 1:
-            raise NotConfigured("METRICS_PORT/METRICS_PORT_TRIES out of range")
+        # The declared ranges bound each setting; their sum is bounded here.
+        if self.first_port + self.tries - 1 > 65535:
+            raise NotConfigured("METRICS_PORT + METRICS_PORT_TRIES passes 65535")
         self.port: int | None = None
         self.gauges: dict[str, float] = {}
         self.registry = CollectorRegistry(auto_describe=False)

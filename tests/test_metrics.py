@@ -18,12 +18,12 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
-from scrapy.utils.test import get_crawler
 
+from extensions import defaults
 from extensions.metrics import METRICS, PrometheusMetrics, WorkerCollector
 from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec
-from webcrawl import defaults
+from tests.utils import get_crawler
 from webcrawl.addon import Webcrawl
 from webcrawl.localcrawl import crawl_sandbox
 

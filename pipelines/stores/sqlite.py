@@ -14,12 +14,13 @@ empty).
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from extensions.config import setting_or_env
+from extensions.embedded_redis import webcrawl_home
 from pipelines.stores.base import (
     BOOL_FIELDS,
     CONTENT_FIELDS,
@@ -35,9 +36,9 @@ from pipelines.stores.base import (
     content_source,
     decompress,
 )
-from webcrawl import defaults
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Iterator
 
     from scrapy.settings import BaseSettings
@@ -84,14 +85,9 @@ class SQLiteStore:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> SQLiteStore:
-        path = settings.get("SQLITE_PATH") or os.environ.get("SQLITE_PATH") or ""
+        path = setting_or_env(settings, "SQLITE_PATH")
         if not path:
-            home = (
-                settings.get("WEBCRAWL_HOME")
-                or os.environ.get("WEBCRAWL_HOME")
-                or defaults.WEBCRAWL_HOME
-            )
-            path = str(Path(home) / "pages.sqlite3")
+            path = str(webcrawl_home(settings) / "pages.sqlite3")
         return cls(path)
 
     def __repr__(self) -> str:
