@@ -84,7 +84,9 @@ class Command(ScrapyCommand):
         return "Export stored pages as JSON lines or WARC 1.1"
 
     def long_desc(self) -> str:
-        return str(__doc__).split("Settings read")[0].strip()
+        # The module docstring without its first line (the syntax) and the
+        # list of settings.
+        return str(__doc__).split("Settings read")[0].split("\n", 1)[1].strip()
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
