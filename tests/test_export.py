@@ -160,6 +160,11 @@ def test_export_warc_is_valid_and_byte_exact(crawled: Crawled, tmp_path: Path) -
     assert kinds["response"] == len(stored)
     assert sorted(metadata_urls) == sorted(p.url for p in crawled.pages)
     assert len(stored) < len(crawled.pages)  # duplicates and failures
+    # The hostile corners were crawled: a redirected page (its response record
+    # is the final URL's) and bodies that are not UTF-8.
+    assert any(p.metadata["final_url"] != p.url for p in stored)
+    encodings = {str(p.metadata["encoding"]).replace("-", "").lower() for p in stored}
+    assert encodings - {"utf8"}, encodings
     assert len(indexed) == sum(kinds.values())
 
     # --host keeps one host's pages only.
