@@ -179,7 +179,8 @@ def test_two_workers_serve_consistent_metrics(redis_url: str, tmp_path: Path) ->
             "METRICS_HOST": "127.0.0.1",
             "METRICS_REFRESH_INTERVAL": 0.5,
             "BLOOM_STATS_INTERVAL": 1,
-            "MAX_IDLE_TIME_BEFORE_CLOSE": 8,
+            # Time to scrape the quiescent workers before they close.
+            "MAX_IDLE_TIME_BEFORE_CLOSE": 12,
         },
         during=watch,
         timeout=180,
