@@ -1,2 +1,2 @@
-"""webcrawl's Scrapy commands (``COMMANDS_MODULE``): one module per command,
-run from the project directory with the workers' ``-s`` settings."""
+"""The project's ``scrapy`` commands (``COMMANDS_MODULE`` in
+:mod:`webcrawl.settings`): one module per command, each a ``Command`` class."""
