@@ -31,7 +31,7 @@ from twisted.internet import error as twisted_error
 
 from extensions import config, defaults, keys
 from extensions.connection import async_client, retry_redis
-from extensions.hosts import host_key, script
+from extensions.hosts import ROBOTS_FETCH_META, host_key, script
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -283,7 +283,12 @@ class BackoffMiddleware:
             if opened:
                 stats.inc_value("backoff/breaker_closed")
                 logger.info("Circuit breaker of %s closed: it answers again", hostkey)
-        if response.status not in self.http_codes:
+        if response.status not in self.http_codes or request.meta.get(
+            ROBOTS_FETCH_META
+        ):
+            # A 503 on robots.txt parks the host through the robots cache
+            # (retried 60 s, 120 s, ...); it must not also raise the pages'
+            # back-off.
             return response
         retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
         retry_after_ms = None

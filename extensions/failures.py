@@ -209,6 +209,7 @@ class Decision:
     retry: bool
     delay: float  # seconds; meaningful when retry
     attempts: int  # attempts made so far, this one included
+    waited: float = 0.0  # seconds of retry delays scheduled so far, this one included
 
 
 class FailurePolicy:
@@ -230,9 +231,12 @@ class FailurePolicy:
         retry_after: float | None = None,
     ) -> Decision:
         """``record`` is the request's failure record so far (``attempts``,
-        ``first``); the decision counts this failure."""
+        ``first``, ``waited``); the decision counts this failure. The time
+        spent is the later of the clock since the first failure and the sum
+        of the delays scheduled (a retry cannot come before its due time)."""
         attempts = int(record.get("attempts", 0)) + 1
         first = float(record.get("first") or now)
+        waited = float(record.get("waited") or 0.0)
         policy = self.policies.get(reason)
         if policy is None or not policy.retried:
             return Decision(reason, False, 0.0, attempts)
@@ -245,10 +249,11 @@ class FailurePolicy:
                 policy, attempts, self.jitter, random.uniform(-1.0, 1.0)
             )
         out_of_attempts = policy.attempts and attempts >= policy.attempts
-        out_of_time = policy.budget and (now + delay) - first > policy.budget
+        spent = max(now - first, waited) + delay
+        out_of_time = policy.budget and spent > policy.budget
         if out_of_attempts or out_of_time:
-            return Decision(reason, False, 0.0, attempts)
-        return Decision(reason, True, delay, attempts)
+            return Decision(reason, False, 0.0, attempts, waited)
+        return Decision(reason, True, delay, attempts, waited + delay)
 
 
 def failure_record(
@@ -265,6 +270,7 @@ def failure_record(
         "attempts": decision.attempts,
         "first": old.get("first") or now,
         "last": now,
+        "waited": round(decision.waited, 3),
         "status": status,
         "error": error,
         "terminal": not decision.retry,

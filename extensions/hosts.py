@@ -48,6 +48,11 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PORTS = {"http": 80, "https": 443, "ftp": 21, "ws": 80, "wss": 443}
 
+# Meta flag of the robots middleware's own robots.txt requests: the back-off
+# middleware leaves the host's page back-off alone for them (an unreachable
+# robots.txt parks the host through the robots cache instead).
+ROBOTS_FETCH_META = "robots_fetch"
+
 # Values of POLITENESS_KEY.
 KEY_MODES = ("host", "domain", "ip")
 

@@ -5,8 +5,20 @@ middleware is on: it replaces Scrapy's), ``ROBOTSTXT_PARSER``,
 ``ROBOTSTXT_USER_AGENT``, ``USER_AGENT``, ``DOWNLOAD_DELAY``, ``ROBOTS_TTL``,
 ``ROBOTS_MAX_SIZE``, ``ROBOTS_MAX_REDIRECTS``, ``ROBOTS_FETCH_TIMEOUT``,
 ``ROBOTS_RETRY_INITIAL``, ``ROBOTS_RETRY_MAX``, ``ROBOTS_CRAWL_DELAY_MAX``,
-``ROBOTS_SITEMAP_SEEDS``, ``POLITENESS_MAX_DEFERRALS``, and through
+``ROBOTS_SITEMAP_SEEDS``, ``SCHEDULER``, ``POLITENESS_MAX_DEFERRALS`` (only
+without the Redis frontier, see below), and through
 :mod:`extensions.connection` ``REDIS_URL`` / ``WEBCRAWL_HOME``.
+
+While a host's robots.txt is unreachable (5xx, 429, no connection) its
+requests wait in the frontier, however long that lasts (RFC 9309 2.3.1.3:
+disallow while unreachable): the host is parked until the next robots.txt
+try, and each request goes back to Redis, never away. One exception: a host
+whose name does not resolve fails its page requests with the DNS error, so
+the failure policy gives them up after its couple of attempts
+(:mod:`extensions.failures`), not after hours of robots.txt retries.
+Without the Redis frontier (Scrapy's memory scheduler has no parked hosts:
+a deferred request would come straight back), a request is dropped after
+``POLITENESS_MAX_DEFERRALS`` deferrals, as before.
 """
 
 from __future__ import annotations
@@ -18,15 +30,24 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
-from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.exceptions import CannotResolveHostError, IgnoreRequest, NotConfigured
 from scrapy.http import Request
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from extensions import config, defaults, keys
 from extensions.connection import async_client, retry_redis
-from extensions.hosts import deferred_copy, host_key, park_host, script, write_delay
+from extensions.failures import DNS_ERRORS
+from extensions.hosts import (
+    ROBOTS_FETCH_META,
+    deferred_copy,
+    host_key,
+    park_host,
+    script,
+    write_delay,
+)
 from extensions.politeness import RELEASE_SCRIPT, HostParked
+from extensions.scheduler import RedisScheduler
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -37,8 +58,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # Status stored for a robots.txt that could not be fetched at all (timeout,
-# connection refused, DNS): treated like a 5xx.
+# connection refused): treated like a 5xx.
 UNREACHABLE = 0
+# Status stored when the host's name does not resolve: unreachable too, and
+# its page requests fail with the DNS error (see the module docstring).
+UNRESOLVABLE = -1
 
 # KEYS[1] the robots cache HASH.
 # ARGV[1] status, ARGV[2] body, ARGV[3] TTL ms of a usable answer, ARGV[4] 1
@@ -72,13 +96,13 @@ def classify(status: int) -> str:
 
     >>> [classify(s) for s in (200, 206, 301, 404, 410)]
     ['parse', 'parse', 'allow', 'allow', 'allow']
-    >>> [classify(s) for s in (429, 500, 503, UNREACHABLE)]
-    ['disallow', 'disallow', 'disallow', 'disallow']
+    >>> [classify(s) for s in (429, 500, 503, UNREACHABLE, UNRESOLVABLE)]
+    ['disallow', 'disallow', 'disallow', 'disallow', 'disallow']
     """
     if 200 <= status < 300:
         return "parse"
     # RFC 9309 2.3.1.4: 429 is in practice a server error (Google does so).
-    if status == 429 or status >= 500 or status == UNREACHABLE:
+    if status == 429 or status >= 500 or status in (UNREACHABLE, UNRESOLVABLE):
         return "disallow"
     return "allow"
 
@@ -169,8 +193,12 @@ class SharedRobotsTxtMiddleware:
         self.retry_max = s.getfloat("ROBOTS_RETRY_MAX")
         self.delay_max = s.getfloat("ROBOTS_CRAWL_DELAY_MAX")
         self.sitemap_seeds = s.getbool("ROBOTS_SITEMAP_SEEDS")
-        self.max_deferrals = s.getint("POLITENESS_MAX_DEFERRALS")
         self.download_delay = s.getfloat("DOWNLOAD_DELAY")
+        # The Redis frontier parks the host: a deferred request waits there.
+        # (__mro__, not issubclass: Scrapy's scheduler metaclass calls any
+        # class with the scheduler's methods a subclass.)
+        self.parks = RedisScheduler in load_object(s["SCHEDULER"]).__mro__
+        self.max_deferrals = s.getint("POLITENESS_MAX_DEFERRALS")
         self._parserimpl = load_object(s.get("ROBOTSTXT_PARSER"))
         self._entries: dict[str, RobotsEntry] = {}
         self._pending: dict[str, asyncio.Future[RobotsEntry]] = {}
@@ -204,12 +232,19 @@ class SharedRobotsTxtMiddleware:
         if verdict == "allow" or (entry.parser is None and verdict == "parse"):
             return None
         if verdict == "disallow":
+            if entry.status == UNRESOLVABLE:
+                stats.inc_value("robotstxt/unresolvable")
+                raise CannotResolveHostError(
+                    f"{host_key(request)} does not resolve (robots.txt fetch)"
+                )
+            # Back to Redis, under the host parked until the next robots.txt
+            # try: never dropped, however long it stays unreachable.
             deferrals = int(request.meta.get("politeness_deferrals", 0))
-            if deferrals < self.max_deferrals:
+            if self.parks or deferrals < self.max_deferrals:
                 stats.inc_value("robotstxt/deferred")
                 return deferred_copy(request, "robots")
             stats.inc_value("robotstxt/unreachable_dropped")
-            raise IgnoreRequest("robots.txt unreachable")
+            raise IgnoreRequest("robots.txt unreachable (no frontier to wait in)")
         assert entry.parser is not None
         if not entry.parser.allowed(request.url, self.user_agent):
             stats.inc_value("robotstxt/forbidden")
@@ -311,6 +346,7 @@ class SharedRobotsTxtMiddleware:
             callback=NO_CALLBACK,
             meta={
                 "dont_obey_robotstxt": True,
+                ROBOTS_FETCH_META: True,
                 "redirect_ttl": self.max_redirects,
                 "download_timeout": self.fetch_timeout,
                 # Parse the first ROBOTS_MAX_SIZE bytes of a larger file, but
@@ -337,7 +373,8 @@ class SharedRobotsTxtMiddleware:
         except Exception as exc:
             logger.info("robots.txt of %s unreachable: %s", hostkey, exc)
             stats.inc_value(f"robotstxt/exception_count/{type(exc).__name__}")
-            status, body = UNREACHABLE, b""
+            dns = isinstance(exc, DNS_ERRORS)
+            status, body = (UNRESOLVABLE if dns else UNREACHABLE), b""
         if 300 <= status < 400:
             status, body = 404, b""  # a redirect not followed: unavailable
         stats.inc_value(f"robotstxt/response_status_count/{status}")

@@ -1,0 +1,98 @@
+"""Requests of a host whose robots.txt stays unreachable wait in Redis (RFC
+9309: disallow while unreachable), never dropped; a 503 on robots.txt does
+not raise the pages' back-off; a host whose name does not resolve fails its
+pages with the DNS error, for the failure policy to give them up."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from scrapy import Spider
+from scrapy.exceptions import CannotResolveHostError
+from scrapy.http import HtmlResponse, Request
+from scrapy.statscollectors import MemoryStatsCollector
+
+from extensions import keys
+from extensions.backoff import BackoffMiddleware
+from extensions.hosts import ROBOTS_FETCH_META
+from extensions.robots import UNRESOLVABLE, SharedRobotsTxtMiddleware
+from tests.utils import get_crawler
+
+if TYPE_CHECKING:
+    import redis
+
+HOST = "http://a.test:80"
+RECORD = keys.FrontierKeys("web").host(HOST)
+
+
+def _crawler(redis_url: str, **settings: Any) -> Any:
+    crawler = get_crawler(Spider, settings_dict={"REDIS_URL": redis_url, **settings})
+    crawler.spider = Spider("web")
+    crawler.stats = MemoryStatsCollector(crawler)
+    return crawler
+
+
+def _cache_robots(client: redis.Redis, status: int) -> None:
+    sec, _ = client.time()
+    client.hset(
+        keys.robots("web", HOST),
+        mapping={"status": status, "body": "", "expires": (int(sec) + 600) * 1000},
+    )
+
+
+def test_unreachable_robots_defers_however_often_with_the_frontier(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """It was dropped (IgnoreRequest, and the dupefilter never let it back)
+    after POLITENESS_MAX_DEFERRALS deferrals, about 7 minutes."""
+    _cache_robots(redis_client, 503)
+    crawler = _crawler(redis_url, SCHEDULER="extensions.scheduler.RedisScheduler")
+    mw = SharedRobotsTxtMiddleware.from_crawler(crawler)
+    request = Request("http://a.test/page", meta={"politeness_deferrals": 50})
+
+    async def main() -> Any:
+        try:
+            return await mw.process_request(request)
+        finally:
+            await mw.client.aclose()
+
+    deferred = asyncio.run(main())
+    assert isinstance(deferred, Request) and deferred.dont_filter
+    assert deferred.meta["politeness_deferrals"] == 51
+    assert crawler.stats.get_value("robotstxt/unreachable_dropped") is None
+
+
+def test_unresolvable_host_fails_its_pages_with_the_dns_error(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    _cache_robots(redis_client, UNRESOLVABLE)
+    crawler = _crawler(redis_url, SCHEDULER="extensions.scheduler.RedisScheduler")
+    mw = SharedRobotsTxtMiddleware.from_crawler(crawler)
+
+    async def main() -> None:
+        try:
+            await mw.process_request(Request("http://a.test/page"))
+        finally:
+            await mw.client.aclose()
+
+    with pytest.raises(CannotResolveHostError):
+        asyncio.run(main())
+
+
+def test_a_503_on_robots_txt_does_not_raise_the_page_backoff(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    mw = BackoffMiddleware.from_crawler(_crawler(redis_url))
+    robots = Request("http://a.test/robots.txt", meta={ROBOTS_FETCH_META: True})
+    page = Request("http://a.test/page")
+
+    async def main() -> None:
+        await mw.process_response(robots, HtmlResponse(robots.url, status=503))
+        assert redis_client.hget(RECORD, "backoff") is None
+        await mw.process_response(page, HtmlResponse(page.url, status=503))
+        assert redis_client.hget(RECORD, "backoff") is not None
+        await mw.backoff.client.aclose()
+
+    asyncio.run(main())
