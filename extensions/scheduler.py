@@ -48,7 +48,11 @@ from twisted.internet.defer import Deferred
 
 from extensions import config, defaults
 from extensions.canonical import canonicalize_url
-from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
+from extensions.connection import (
+    FATAL_REDIS_ERRORS,
+    TRANSIENT_REDIS_ERRORS,
+    async_client,
+)
 from extensions.frontier import Frontier, QueuedRequest
 from extensions.hosts import host_key
 from extensions.keys import crawl_patterns
@@ -158,6 +162,7 @@ class RedisScheduler(BaseScheduler):
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._closer: asyncio.Future[None] | None = None
         self._redis_down_since: float | None = None
         self._retry_delay = self.retry_initial
         # Deduplicated requests and acknowledgements waiting for Redis: kept
@@ -307,6 +312,15 @@ class RedisScheduler(BaseScheduler):
                         time.monotonic() - self._redis_down_since,
                     )
                     self._redis_down_since = None
+            except FATAL_REDIS_ERRORS as exc:
+                # Waiting does not fix a wrong password: stop, in one line.
+                logger.critical("Redis refused this worker (%s): closing", exc)
+                self._task = None  # close() must not wait for this task
+                engine = self.crawler.engine
+                self._closer = asyncio.ensure_future(
+                    engine.close_spider_async(reason="redis_auth")
+                )
+                return
             except TRANSIENT_REDIS_ERRORS as exc:
                 delay = self._redis_failed(exc)
                 await self._sleep(delay)
@@ -531,6 +545,8 @@ class RedisScheduler(BaseScheduler):
         while True:
             try:
                 return await func(*args)
+            except FATAL_REDIS_ERRORS:
+                raise
             except TRANSIENT_REDIS_ERRORS as exc:
                 tries += 1
                 if limit is not None and tries >= limit:

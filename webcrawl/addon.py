@@ -17,17 +17,21 @@ so no component ever starts a process on the reactor thread.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, NoReturn
 
 import extensions.defaults
 import pipelines.defaults
 from extensions import config
+from extensions.connection import RedisUnavailable, check_redis
 from extensions.embedded_redis import ensure_embedded, webcrawl_home
 from extensions.politeness import DOWNLOADER_MIDDLEWARES
 from webcrawl import defaults
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
 
 SCHEDULER = "extensions.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
@@ -42,12 +46,27 @@ def install_defaults(settings: BaseSettings) -> None:
         config.install(settings, module)
 
 
+def refuse(error: Exception) -> NoReturn:
+    """Stop the worker before its first request with one line saying why.
+
+    A worker that cannot start must exit non-zero (scrapyd and process
+    supervisors see it), and a wall of tracebacks hides the one sentence
+    that matters: log that sentence and exit with status 2, like a usage
+    error of the ``scrapy`` command.
+    """
+    logger.critical("webcrawl cannot start: %s", error)
+    raise SystemExit(2)
+
+
 class Webcrawl:
     """Scrapy add-on (``ADDONS = {"webcrawl.addon.Webcrawl": 0}``)."""
 
     def update_settings(self, settings: BaseSettings) -> None:
         install_defaults(settings)
-        config.check(settings, *DEFAULTS)
+        try:
+            config.check(settings, *DEFAULTS)
+        except config.SettingsError as exc:
+            refuse(exc)
         settings.set("SCHEDULER", SCHEDULER, "addon")
         settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
         # Our robots middleware shares one robots.txt fetch per host across
@@ -55,5 +74,13 @@ class Webcrawl:
         settings.set("ROBOTSTXT_OBEY", False, "addon")
         settings["DOWNLOADER_MIDDLEWARES"].update(DOWNLOADER_MIDDLEWARES)
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
-        if not config.setting_or_env(settings, "REDIS_URL"):
-            settings.set("REDIS_URL", ensure_embedded(webcrawl_home(settings)), "addon")
+        try:
+            url = config.setting_or_env(settings, "REDIS_URL")
+            if not url:
+                url = ensure_embedded(webcrawl_home(settings))
+                settings.set("REDIS_URL", url, "addon")
+            # One ping with short timeouts: a wrong password, a closed port or
+            # a server that never answers stops the worker in seconds.
+            check_redis(url)
+        except (config.SettingsError, RedisUnavailable) as exc:
+            refuse(exc)

@@ -44,6 +44,7 @@ from extensions.scheduler import LEASE_META
 from extensions.seeds import SeedList
 from pipelines.items import PageItem
 from webcrawl import defaults
+from webcrawl.addon import refuse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -140,7 +141,10 @@ class WebSpider(Spider):
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> WebSpider:
-        spider = super().from_crawler(crawler, *args, **kwargs)
+        try:
+            spider = super().from_crawler(crawler, *args, **kwargs)
+        except SettingsError as exc:  # a bad -a argument: one line, exit 2
+            refuse(exc)
         s = crawler.settings
         if spider._max_depth is not None:
             s.set("DEPTH_LIMIT", spider._max_depth, priority="spider")
