@@ -7,6 +7,7 @@ crawl web`` itself with settings or arguments outside their range.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -16,9 +17,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 import redis
+import redis.asyncio
 
-from extensions.connection import RedisUnavailable, check_redis
+from extensions.config import SettingsError
+from extensions.connection import (
+    RedisUnavailable,
+    async_client,
+    check_redis,
+    retry_redis,
+)
 from extensions.embedded_redis import RedisProcess, free_port
+from tests.utils import get_crawler
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -155,3 +164,37 @@ def test_a_setting_out_of_range_stops_the_worker_before_any_request(
     tmp_path: Path, redis_url: str, args: list[str], words: list[str]
 ) -> None:
     assert_one_line(scrapy_crawl(tmp_path, redis_url, *args), *words)
+
+
+def test_retry_redis_surfaces_a_wrong_password_at_once(locked_redis: str) -> None:
+    """Waiting does not fix credentials: no retry loop, the error surfaces."""
+    client = redis.asyncio.Redis.from_url(f"redis://:wrong@{locked_redis}")
+
+    async def main() -> None:
+        try:
+            await asyncio.wait_for(retry_redis(client.ping, "test", 0.01, 0.01), 10)
+        finally:
+            await client.aclose()
+
+    with pytest.raises(redis.AuthenticationError):
+        asyncio.run(main())
+
+
+def test_retry_redis_surfaces_an_os_error_that_is_no_outage() -> None:
+    async def broken() -> None:
+        raise PermissionError("not a Redis outage")
+
+    with pytest.raises(PermissionError):
+        asyncio.run(asyncio.wait_for(retry_redis(broken, "test", 0.01, 0.01), 10))
+
+
+def test_a_component_never_starts_the_embedded_redis(
+    webcrawl_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without REDIS_URL a component raises instead of starting redis-server
+    (a blocking subprocess on the reactor thread); only the add-on may."""
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    crawler = get_crawler()
+    with pytest.raises(SettingsError, match="REDIS_URL is not set"):
+        async_client(crawler)
+    assert not (webcrawl_home / "redis").exists()

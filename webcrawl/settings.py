@@ -43,6 +43,9 @@ TWISTED_DNS_RESOLVER = "sandbox.resolver.SandboxResolver"
 # to send Referer headers (and record PageItem.referrer) at that cost.
 REFERER_ENABLED = False
 
+# No console into a fleet worker: the telnet console and Scrapy 2.19's
+# RemoteControl (an HTTP endpoint that runs Python code) stay off.
 TELNETCONSOLE_ENABLED = False
+REMOTE_CONTROL_ENABLED = False
 LOG_LEVEL = "INFO"
 FEED_EXPORT_ENCODING = "utf-8"
