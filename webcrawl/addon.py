@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 SCHEDULER = "extensions.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
 ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
+SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 # Every package's defaults module, installed and checked in this order.
 DEFAULTS = (extensions.defaults, pipelines.defaults, defaults)
 
@@ -44,6 +45,33 @@ def install_defaults(settings: BaseSettings) -> None:
     """Put every package's defaults into ``settings`` at ``default`` priority."""
     for module in DEFAULTS:
         config.install(settings, module)
+
+
+def guarantee_problems(settings: BaseSettings) -> list[str]:
+    """Values each in range that together would switch a guarantee off.
+
+    A guarantee (politeness, robots.txt, storage) goes off only through its
+    own ``*_ENABLED`` flag, never as a side effect of another setting.
+    """
+    found = []
+    if settings.getbool("ROBOTS_ENABLED") and settings.getbool("ROBOTSTXT_OBEY"):
+        # The shared middleware refuses to run beside Scrapy's, and the
+        # add-on switches Scrapy's off: no robots.txt would be obeyed at all.
+        found.append(
+            "ROBOTSTXT_OBEY=True would switch off the fleet-wide robots.txt "
+            "middleware: leave it False (ROBOTS_ENABLED=True obeys robots.txt), "
+            "or set ROBOTS_ENABLED=False to use Scrapy's own"
+        )
+    lease = settings.getfloat("FRONTIER_LEASE_TIMEOUT")
+    heartbeat = settings.getfloat("FRONTIER_HEARTBEAT_INTERVAL")
+    if lease <= heartbeat:
+        # Leases would expire between two renewals and their requests be
+        # handed to a second worker while the first still fetches them.
+        found.append(
+            f"FRONTIER_LEASE_TIMEOUT={lease:g} is not allowed: use a number "
+            f"> FRONTIER_HEARTBEAT_INTERVAL ({heartbeat:g})"
+        )
+    return found
 
 
 def refuse(error: Exception) -> NoReturn:
@@ -67,12 +95,17 @@ class Webcrawl:
             config.check(settings, *DEFAULTS)
         except config.SettingsError as exc:
             refuse(exc)
+        if problems := guarantee_problems(settings):
+            refuse(config.SettingsError("; ".join(problems)))
         settings.set("SCHEDULER", SCHEDULER, "addon")
         settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
         # Our robots middleware shares one robots.txt fetch per host across
         # the fleet and replaces Scrapy's per-process one.
         settings.set("ROBOTSTXT_OBEY", False, "addon")
         settings["DOWNLOADER_MIDDLEWARES"].update(DOWNLOADER_MIDDLEWARES)
+        if not settings.getbool("ROBOTS_ENABLED"):
+            # Switched off explicitly: Scrapy's own obeys ROBOTSTXT_OBEY again.
+            settings["DOWNLOADER_MIDDLEWARES"].pop(SCRAPY_ROBOTS, None)
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
         try:
             url = config.setting_or_env(settings, "REDIS_URL")
