@@ -3,7 +3,7 @@
 Settings read: ``DOWNLOAD_DELAY`` (Scrapy's, enforced across every worker),
 ``POLITENESS_ENABLED``, ``POLITENESS_KEY``, ``POLITENESS_MAX_WAIT``,
 ``POLITENESS_MAX_DEFERRALS``, ``BACKOFF_QUIET_PERIOD``, and through
-:mod:`extensions.connection` ``REDIS_URL`` / ``WEBCRAWL_HOME``; the key prefix
+:mod:`extensions.connection` ``REDIS_URL``; the key prefix
 is the spider's name.
 """
 
