@@ -203,3 +203,16 @@ def test_a_component_never_starts_the_embedded_redis(
     with pytest.raises(SettingsError, match="REDIS_URL is not set"):
         async_client(crawler)
     assert not (webcrawl_home / "redis").exists()
+
+
+@pytest.mark.slow
+def test_a_working_worker_never_logs_the_password_in_the_query(
+    tmp_path: Path, locked_redis: str
+) -> None:
+    url = f"redis://{locked_redis}?password={PASSWORD}"
+    result = scrapy_crawl(tmp_path, url, "-s", "MAX_IDLE_TIME_BEFORE_CLOSE=1")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "Connecting to Redis at redis://127.0.0.1:" in output
+    assert "?password=***" in output
+    assert PASSWORD not in output
