@@ -9,8 +9,11 @@ they replace (Scrapy's per-process robots middleware). Values a user sets at a
 higher priority (``-s``, scrapyd ``setting=``, a spider's ``custom_settings``)
 still win, and are checked like the defaults.
 
-Settings read: ``REDIS_URL`` and ``WEBCRAWL_HOME`` (also from the environment,
-see :func:`extensions.config.setting_or_env`): when no Redis is configured,
+It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0.
+
+Settings read: ``METRICS_PORT``; ``REDIS_URL`` and ``WEBCRAWL_HOME`` (also
+from the environment, see :func:`extensions.config.setting_or_env`): when no
+Redis is configured,
 the add-on starts (or finds) the embedded one here, before the crawl starts,
 so no component ever starts a process on the reactor thread.
 """
@@ -37,6 +40,7 @@ SCHEDULER = "extensions.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
 ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
+METRICS_EXTENSION = {"extensions.metrics.PrometheusMetrics": 500}
 # Every package's defaults module, installed and checked in this order.
 DEFAULTS = (extensions.defaults, pipelines.defaults, defaults)
 
@@ -107,6 +111,8 @@ class Webcrawl:
             # Switched off explicitly: Scrapy's own obeys ROBOTSTXT_OBEY again.
             settings["DOWNLOADER_MIDDLEWARES"].pop(SCRAPY_ROBOTS, None)
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
+        if settings.getint("METRICS_PORT") > 0:
+            settings["EXTENSIONS"].update(METRICS_EXTENSION)
         try:
             url = config.setting_or_env(settings, "REDIS_URL")
             if not url:
