@@ -72,6 +72,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# Finish reason of a crawl stopped because Redis refused its credentials.
+REDIS_AUTH_REASON = "redis_auth"
+
 LEASE_META = "frontier_lease"
 # Leases are not renewed past this age: a request whose outcome never comes
 # (a bug, a lost signal) is then reclaimed instead of being held forever.
@@ -316,10 +319,7 @@ class RedisScheduler(BaseScheduler):
                 # Waiting does not fix a wrong password: stop, in one line.
                 logger.critical("Redis refused this worker (%s): closing", exc)
                 self._task = None  # close() must not wait for this task
-                engine = self.crawler.engine
-                self._closer = asyncio.ensure_future(
-                    engine.close_spider_async(reason="redis_auth")
-                )
+                self._close_crawl(REDIS_AUTH_REASON)
                 return
             except TRANSIENT_REDIS_ERRORS as exc:
                 delay = self._redis_failed(exc)
@@ -330,6 +330,13 @@ class RedisScheduler(BaseScheduler):
                 await self._sleep(self.retry_initial)
                 continue
             await self._wait()
+
+    def _close_crawl(self, reason: str) -> None:
+        try:
+            engine = self.crawler.engine
+        except RuntimeError:  # not crawling (a scheduler opened by hand)
+            return
+        self._closer = asyncio.ensure_future(engine.close_spider_async(reason=reason))
 
     def _redis_failed(self, exc: BaseException) -> float:
         now = time.monotonic()

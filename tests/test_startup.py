@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -215,4 +216,51 @@ def test_a_working_worker_never_logs_the_password_in_the_query(
     assert result.returncode == 0, output
     assert "Connecting to Redis at redis://127.0.0.1:" in output
     assert "?password=***" in output
+    assert PASSWORD not in output
+
+
+@pytest.mark.slow
+def test_credentials_changed_mid_crawl_stop_the_worker(tmp_path: Path) -> None:
+    """Redis starts refusing a running worker: the worker stops (finish
+    reason ``redis_auth``, exit 2) rather than wait for an outage to end."""
+    server = RedisProcess(tmp_path / "redis", appendonly=False).start()
+    admin = redis.Redis.from_url(server.url)
+    admin.config_set("requirepass", PASSWORD)
+    admin = redis.Redis.from_url(server.url, password=PASSWORD)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "WEBCRAWL_HOME": str(tmp_path),
+        "REDIS_URL": f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0",
+    }
+    log = tmp_path / "worker.log"
+    try:
+        with log.open("w") as out:
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "scrapy", "crawl", "web"],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            for _ in range(300):  # until the worker's first heartbeat
+                if admin.zcard("web:{web}:workers") or worker.poll() is not None:
+                    break
+                time.sleep(0.1)
+            if not admin.zcard("web:{web}:workers"):
+                pytest.fail(log.read_text())
+            admin.config_set("requirepass", "another-" + PASSWORD)
+            admin.client_kill_filter(_type="normal", skipme=True)
+            returncode = worker.wait(60)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    finally:
+        server.stop()
+    output = log.read_text()
+    assert returncode == 2, output
+    assert "Redis refused this worker" in output
+    assert "'finish_reason': 'redis_auth'" in output
     assert PASSWORD not in output
