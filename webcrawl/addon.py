@@ -90,6 +90,18 @@ def refuse(error: Exception) -> NoReturn:
     raise SystemExit(2)
 
 
+class WebcrawlDefaults:
+    """Add-on that installs every package's defaults and switches nothing on.
+
+    For a project that wires some webcrawl components itself (the bench's
+    stock crawlers use only the storage pipeline) or for tests that build one
+    component: the components read their settings without a fallback.
+    """
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        install_defaults(settings)
+
+
 class Webcrawl:
     """Scrapy add-on (``ADDONS = {"webcrawl.addon.Webcrawl": 0}``)."""
 
