@@ -1,8 +1,9 @@
 """The webcrawl add-on: one entry in ``ADDONS`` switches the whole system on.
 
-It sets the Redis scheduler, the Bloom dupefilter, the robots, back-off and
-per-host lock downloader middlewares and the batching storage pipeline, and
-turns off what they replace (Scrapy's per-process robots middleware). Values
+It sets the Redis scheduler, the Bloom dupefilter, the robots, back-off,
+per-host lock and SSRF guard downloader middlewares, the trap filter spider
+middleware and the batching storage pipeline, and turns off what they replace
+(Scrapy's per-process robots middleware and its ``UrlLengthMiddleware``). Values
 a user sets at a higher priority (``-s``, scrapyd ``setting=``, a spider's
 ``custom_settings``) still win.
 
@@ -16,8 +17,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from extensions import addresses, politeness, traps
 from extensions.embedded_redis import ensure_embedded
-from extensions.politeness import DOWNLOADER_MIDDLEWARES
 from webcrawl import defaults
 
 if TYPE_CHECKING:
@@ -37,7 +38,9 @@ class Webcrawl:
         # Our robots middleware shares one robots.txt fetch per host across
         # the fleet and replaces Scrapy's per-process one.
         settings.set("ROBOTSTXT_OBEY", False, "addon")
-        settings["DOWNLOADER_MIDDLEWARES"].update(DOWNLOADER_MIDDLEWARES)
+        settings["DOWNLOADER_MIDDLEWARES"].update(politeness.DOWNLOADER_MIDDLEWARES)
+        settings["DOWNLOADER_MIDDLEWARES"].update(addresses.DOWNLOADER_MIDDLEWARES)
+        settings["SPIDER_MIDDLEWARES"].update(traps.SPIDER_MIDDLEWARES)
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
         if not settings.get("REDIS_URL") and not os.environ.get("REDIS_URL"):
             home = (

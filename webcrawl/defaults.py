@@ -97,6 +97,24 @@ BREAKER_COOLDOWN = 300.0
 # Cap in seconds of a breaker's cool-down.
 BREAKER_MAX_COOLDOWN = 86400.0
 
+# --- Safety: SSRF guard and trap limits (extensions.addresses, extensions.traps) --
+# Let the crawler connect to loopback, private, link-local and other non-public addresses.
+ALLOW_PRIVATE_ADDRESSES = False
+# CIDR ranges connected to even though non-public (e.g. ["10.1.0.0/16"]); the rest stays refused.
+ADDRESS_ALLOWLIST: list[str] = []
+# Turn on the trap filter on the spider's output (the limits below).
+TRAPS_ENABLED = True
+# Longest path (segments) of a URL followed (0: no limit).
+TRAP_MAX_PATH_DEPTH = 20
+# Most times one path segment may occur in a URL (/a/b/a/b/a/b, /a/a/a; 0: no limit).
+TRAP_MAX_SEGMENT_REPEATS = 2
+# Distinct URLs admitted per host, fleet-wide (0: no limit).
+HOST_MAX_PAGES = 0
+# Distinct query strings (or date variants of a path) admitted per host and path, fleet-wide (0: no limit).
+TRAP_MAX_QUERY_VARIANTS = 500
+# Links followed per page (more are dropped and counted; 0: no limit).
+MAX_OUTLINKS_PER_PAGE = 1000
+
 # --- Bloom dupefilter (extensions.dupefilter, extensions.bloom) ---------------
 # Items the first Bloom layer holds at BLOOM_ERROR_RATE (at 0.1%: 180 MB of Redis).
 BLOOM_CAPACITY = 100_000_000
