@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 
 _YEAR = re.compile(r"^(19|20)\d\d([-_.]\d\d?){0,2}$")
 _SMALL_NUMBER = re.compile(r"^\d\d?$")
+# A session id or token in a path segment: 16+ hex digits or 24+ letters and
+# digits (slugs have hyphens, so they do not match).
+_TOKEN = re.compile(r"^([0-9a-fA-F]{16,}|[A-Za-z0-9]{24,})$")
 
 
 class TrapFiltered(IgnoreRequest):
@@ -70,38 +73,50 @@ def max_repeats(segments: list[str]) -> int:
     return max(Counter(segments).values(), default=0)
 
 
-def date_template(path: str) -> str | None:
-    """The path with its date parts replaced, when it has any (a calendar
-    yields one URL per day or month under the same template).
+def path_template(path: str) -> str | None:
+    """The path with its date parts and session-like tokens replaced, when it
+    has any: a calendar yields one URL per day or month under one template, a
+    session id in the path one URL per visit.
 
-    >>> date_template("/calendar/2024/01"), date_template("/events/2024-03-01/")
+    >>> path_template("/calendar/2024/01"), path_template("/events/2024-03-01/")
     ('/calendar/{y}/{n}', '/events/{y}/')
-    >>> date_template("/blog/2024/01/15/my-post") is None, date_template("/p/12")
+    >>> path_template("/s/00000000000000000001/page.html")
+    '/s/{id}/page.html'
+    >>> path_template("/shop;jsessionid=A1B2C3/cart")
+    '/shop;{id}/cart'
+    >>> path_template("/blog/2024/01/15/my-post") is None, path_template("/p/12")
     (True, None)
     """
     segments = path.split("/")
     out: list[str] = []
-    dated = False
-    for i, seg in enumerate(segments):
+    dated = templated = False
+    for seg in segments:
         if _YEAR.match(seg):
             out.append("{y}")
-            dated = True
-        elif dated and _SMALL_NUMBER.match(seg) and out[i - 1] in ("{y}", "{n}"):
+            dated = templated = True
+        elif dated and _SMALL_NUMBER.match(seg) and out[-1] in ("{y}", "{n}"):
             out.append("{n}")
+        elif ";" in seg:  # a path parameter: ;jsessionid=...
+            out.append(seg.split(";", 1)[0] + ";{id}")
+            templated = True
+        elif _TOKEN.match(seg) and any(c.isdigit() for c in seg):
+            out.append("{id}")
+            templated = True
         else:
             out.append(seg)
-    if not dated:
+    if not templated:
         return None
-    # A dated path with a slug after the date is an article, not a calendar.
-    tail = [s for s in out[out.index("{y}") :] if s]
-    if any(s not in ("{y}", "{n}") for s in tail):
-        return None
+    if dated:
+        # A dated path with a slug after the date is an article, not a calendar.
+        tail = out[out.index("{y}") :]
+        if any(s and s not in ("{y}", "{n}", "{id}") for s in tail):
+            return None
     return "/".join(out)
 
 
 # KEYS[1] the host's admitted-URL HLL, KEYS[2] the path's variant HLL.
 # ARGV[1] the URL, ARGV[2] HOST_MAX_PAGES (0: none), ARGV[3] the variant
-# (query string or dated path, '' when the URL has none), ARGV[4]
+# (query string or templated path, '' when the URL has neither), ARGV[4]
 # TRAP_MAX_QUERY_VARIANTS (0: none).
 # A budget that is full refuses without adding (HLL has no membership test, so
 # a URL admitted earlier is refused too: the dupefilter would drop it anyway).
@@ -137,7 +152,9 @@ class TrapFilter:
     many pages counts once; about 1% error): ``host_budget`` (``HOST_MAX_PAGES``
     distinct URLs per host) and ``query_variants`` (``TRAP_MAX_QUERY_VARIANTS``
     distinct query strings per host and path, where a calendar's dated paths,
-    ``/calendar/2024/01``, count as variants of one path). A budget refusal is
+    ``/calendar/2024/01``, and session ids in the path, ``/s/<token>/x`` or
+    ``;jsessionid=``, count as variants of one path: see
+    :func:`path_template`). A budget refusal is
     counted and logged once per host or path, but gets no per-URL record: a
     URL admitted before the budget filled cannot be told apart, and its
     record would overwrite the stored page.
@@ -276,9 +293,13 @@ class TrapFilter:
             for request in batch:
                 host = host_key(request.url)
                 parts = urlsplit(request.url)
-                template = date_template(parts.path)
+                template = path_template(parts.path)
                 path = template or parts.path
-                variant = parts.query or (parts.path if template else "")
+                variant = (
+                    parts.path + ("?" + parts.query if parts.query else "")
+                    if template
+                    else parts.query
+                )
                 await admit(
                     keys=[
                         keys.trap_pages(self.prefix, host),
