@@ -49,7 +49,7 @@ from twisted.internet.error import DNSLookupError
 from twisted.internet.interfaces import IHostnameResolver, IResolutionReceiver
 from zope.interface import implementer
 
-from webcrawl import defaults
+from extensions import config, defaults
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -220,13 +220,12 @@ class AddressGuard:
 
     def __init__(self, crawler: Crawler) -> None:
         s = crawler.settings
-        if s.getbool("ALLOW_PRIVATE_ADDRESSES", defaults.ALLOW_PRIVATE_ADDRESSES):
+        config.require(s, defaults)
+        if s.getbool("ALLOW_PRIVATE_ADDRESSES"):
             raise NotConfigured("ALLOW_PRIVATE_ADDRESSES is True")
         self.crawler = crawler
         try:
-            self.policy = AddressPolicy(
-                s.getlist("ADDRESS_ALLOWLIST", defaults.ADDRESS_ALLOWLIST)
-            )
+            self.policy = AddressPolicy(s.getlist("ADDRESS_ALLOWLIST"))
         except ValueError as exc:
             raise ValueError(f"ADDRESS_ALLOWLIST: {exc}") from exc
         handlers = {

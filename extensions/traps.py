@@ -26,10 +26,9 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from twisted.python.failure import Failure
 
-from extensions import keys
+from extensions import config, defaults, keys
 from extensions.connection import async_client
 from extensions.hosts import host_key, script
-from webcrawl import defaults
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -172,21 +171,16 @@ class TrapFilter:
 
     def __init__(self, crawler: Crawler) -> None:
         s = crawler.settings
-        if not s.getbool("TRAPS_ENABLED", defaults.TRAPS_ENABLED):
+        config.require(s, defaults)
+        if not s.getbool("TRAPS_ENABLED"):
             raise NotConfigured("TRAPS_ENABLED is False")
         self.crawler = crawler
-        self.max_length = s.getint("URLLENGTH_LIMIT", 2083)
-        self.max_depth = s.getint("TRAP_MAX_PATH_DEPTH", defaults.TRAP_MAX_PATH_DEPTH)
-        self.max_repeats = s.getint(
-            "TRAP_MAX_SEGMENT_REPEATS", defaults.TRAP_MAX_SEGMENT_REPEATS
-        )
-        self.host_max_pages = s.getint("HOST_MAX_PAGES", defaults.HOST_MAX_PAGES)
-        self.max_variants = s.getint(
-            "TRAP_MAX_QUERY_VARIANTS", defaults.TRAP_MAX_QUERY_VARIANTS
-        )
-        self.max_outlinks = s.getint(
-            "MAX_OUTLINKS_PER_PAGE", defaults.MAX_OUTLINKS_PER_PAGE
-        )
+        self.max_length = s.getint("URLLENGTH_LIMIT")
+        self.max_depth = s.getint("TRAP_MAX_PATH_DEPTH")
+        self.max_repeats = s.getint("TRAP_MAX_SEGMENT_REPEATS")
+        self.host_max_pages = s.getint("HOST_MAX_PAGES")
+        self.max_variants = s.getint("TRAP_MAX_QUERY_VARIANTS")
+        self.max_outlinks = s.getint("MAX_OUTLINKS_PER_PAGE")
         self._client: aredis.Redis | None = None
         self._full_logged: set[str] = set()
 

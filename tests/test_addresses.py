@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 from scrapy.exceptions import NotConfigured
-from scrapy.utils.test import get_crawler
 
 from extensions.addresses import AddressGuard, AddressPolicy, BlockedAddress
 from tests.httpserver import LogServer, reply
+from tests.utils import get_crawler
 from webcrawl.fleet import push_seeds, start_worker, wait_all
 
 if TYPE_CHECKING:

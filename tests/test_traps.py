@@ -11,11 +11,11 @@ import pytest
 from scrapy import Request, Spider
 from scrapy.exceptions import NotConfigured
 from scrapy.http import HtmlResponse
-from scrapy.utils.test import get_crawler
 
+from extensions import defaults
 from extensions.traps import TrapFilter
 from sandbox.site import SiteSpec
-from webcrawl import defaults
+from tests.utils import get_crawler
 from webcrawl.localcrawl import crawl_sandbox
 
 if TYPE_CHECKING:
