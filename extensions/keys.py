@@ -28,10 +28,11 @@ key                             type    what it holds
 ``web:robots:fetch:<host>``     STRING  short lock: one robots fetch per fleet
 ``web:bloom:{web:<n>}:<layer>`` STRING  Bloom filter bitmap shard n of a layer
 ``web:bloom:meta``              HASH    Bloom filter geometry and layer count
-``web:traps:{web:traps:<host>}  HLL     distinct URLs of a host admitted by the
-:pages``                                trap filter (``HOST_MAX_PAGES``)
-``web:traps:{web:traps:<host>}  HLL     distinct query strings / date variants
-:v:<path>``                             of one path (``TRAP_MAX_QUERY_VARIANTS``)
+``web:traps:{web:traps:<h>}:``  HLL     distinct URLs of host h admitted by the
+``pages``                               trap filter (``HOST_MAX_PAGES``)
+``web:traps:{web:traps:<h>}:``  HLL     distinct query strings (or dated /
+``v:<path>``                            session-id variants) of one path
+                                        (``TRAP_MAX_QUERY_VARIANTS``)
 ``web:simhash:{web:simhash}:``  SET     near-duplicate band index: page ids
 ``<band>:<block>``                      whose SimHash has that 16-bit block
 ``web:simhash:{web:simhash}:``  HASH    page id -> "<simhash> <content hash>"

@@ -17,13 +17,13 @@ import secrets
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import urlsplit
 
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured, StopDownload
 from scrapy.http import Request
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.misc import build_from_crawler, load_object
-from scrapy.utils.url import url_is_from_any_domain
 
 from extensions import config, defaults, keys
 from extensions.connection import async_client, retry_redis
@@ -146,7 +146,8 @@ class SharedRobotsTxtMiddleware:
     ``DOWNLOAD_DELAY`` and the ``Crawl-delay``/``Request-rate``, capped by
     ``ROBOTS_CRAWL_DELAY_MAX``) to the host record and pushes the
     ``Sitemap:`` URLs within the spider's ``allowed_domains`` (all when it has
-    none) onto the seed list.
+    none) onto the seed list; a robots.txt redirect out of that scope is not
+    followed (the file is then unavailable).
 
     A larger file is cut at ``ROBOTS_MAX_SIZE`` bytes as they arrive
     (``StopDownload``) and that much is parsed (RFC 9309 2.5); only a file
@@ -205,6 +206,10 @@ class SharedRobotsTxtMiddleware:
         return self._client
 
     async def process_request(self, request: Request) -> Request | None:
+        if ROBOTS_BYTES_META in request.meta and not self._in_scope(request.url):
+            # Our robots.txt fetch redirected out of the crawl's scope: not
+            # followed (RFC 9309 then counts the file as unavailable).
+            raise IgnoreRequest("robots.txt redirected out of scope")
         if request.meta.get("dont_obey_robotstxt") or not request.url.startswith(
             ("http://", "https://")
         ):
@@ -397,8 +402,13 @@ class SharedRobotsTxtMiddleware:
             raise StopDownload(fail=False)
 
     def _in_scope(self, url: str) -> bool:
+        """Whether ``url``'s host is in the spider's ``allowed_domains`` (by
+        host name, port ignored, as the web spider scopes its links)."""
         domains = getattr(self.crawler.spider, "allowed_domains", None)
-        return not domains or url_is_from_any_domain(url, domains)
+        if not domains:
+            return True
+        host = (urlsplit(url).hostname or "").lower()
+        return any(host == d or host.endswith("." + d) for d in domains)
 
     async def _learn(self, hostkey: str, parser: RobotParser) -> None:
         """Write the host's delay and hand its sitemaps to the frontier."""

@@ -74,6 +74,12 @@ def servers() -> Iterator[dict[str, LogServer]]:
         for name, routes in kinds.items():
             server = LogServer(routes, delays=slow.get(name))
             found[name] = stack.enter_context(server)
+        # A redirect out of the crawl's scope (localhost is not in
+        # TEST_ALLOWED_DOMAINS): not followed, the file is unavailable.
+        found["offsite"] = stack.enter_context(LogServer())
+        found["offsite"].routes["/robots.txt"] = redirect(
+            f"http://localhost:{found['ok'].port}/robots.txt"
+        )
         yield found
 
 
@@ -123,8 +129,8 @@ def test_status_classes_redirects_size_and_garbage(
         assert s[name].count("/robots.txt") == 1, name
     # 2xx: parsed; /private is never fetched.
     assert fetched("ok", "/page") and not fetched("ok", "/private")
-    # 4xx: allow all.
-    for name in ("notfound", "forbidden"):
+    # 4xx, and a redirect out of scope: allow all.
+    for name in ("notfound", "forbidden", "offsite"):
         assert fetched(name, "/page") and fetched(name, "/private"), name
     # 5xx, timeout, unreachable: disallow all for now, host parked.
     for name in ("error", "unavailable", "timeout"):
