@@ -134,6 +134,16 @@ BLOOM_STATS_INTERVAL: Annotated[float, Range(0)] = 60.0
 # Error-rate ratio of each new layer to the previous one (bound: rate / (1 - this)).
 BLOOM_TIGHTENING: Annotated[float, Range(above=0, below=1)] = 0.5
 
+# --- Metrics (extensions.metrics) --------------------------------------------
+# First port of this worker's Prometheus /metrics (0: off); busy: the next ones upward.
+METRICS_PORT: Annotated[int, Range(0, 65535)] = 0
+# Address /metrics binds (0.0.0.0: let a Prometheus on another machine scrape it).
+METRICS_HOST = "127.0.0.1"
+# Ports tried from METRICS_PORT upward before a worker gives up serving metrics.
+METRICS_PORT_TRIES: Annotated[int, Range(1, 1000)] = 16
+# Seconds between refreshes of the frontier gauges (a Redis scan of the ready hosts).
+METRICS_REFRESH_INTERVAL: Annotated[float, Range(above=0)] = 5.0
+
 # Scrapy settings the components above honour, with the values they allow.
 scrapy_rules = [
     Spec("DOWNLOAD_DELAY", 0.0, float, Range(0)),

@@ -10,8 +10,11 @@ per-process robots middleware and its ``UrlLengthMiddleware``). Values a user se
 higher priority (``-s``, scrapyd ``setting=``, a spider's ``custom_settings``)
 still win, and are checked like the defaults.
 
-Settings read: ``REDIS_URL`` and ``WEBCRAWL_HOME`` (also from the environment,
-see :func:`extensions.config.setting_or_env`): when no Redis is configured,
+It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0.
+
+Settings read: ``METRICS_PORT``; ``REDIS_URL`` and ``WEBCRAWL_HOME`` (also
+from the environment, see :func:`extensions.config.setting_or_env`): when no
+Redis is configured,
 the add-on starts (or finds) the embedded one here, before the crawl starts,
 so no component ever starts a process on the reactor thread.
 """
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
 SCHEDULER = "extensions.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
 ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
+METRICS_EXTENSION = {"extensions.metrics.PrometheusMetrics": 500}
 # Every package's defaults module, installed and checked in this order.
 DEFAULTS = (extensions.defaults, pipelines.defaults, defaults)
 
@@ -57,5 +61,7 @@ class Webcrawl:
         settings["DOWNLOADER_MIDDLEWARES"].update(addresses.DOWNLOADER_MIDDLEWARES)
         settings["SPIDER_MIDDLEWARES"].update(traps.SPIDER_MIDDLEWARES)
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
+        if settings.getint("METRICS_PORT") > 0:
+            settings["EXTENSIONS"].update(METRICS_EXTENSION)
         if not config.setting_or_env(settings, "REDIS_URL"):
             settings.set("REDIS_URL", ensure_embedded(webcrawl_home(settings)), "addon")
