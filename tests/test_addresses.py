@@ -14,13 +14,17 @@ from __future__ import annotations
 import re
 import socket
 import sqlite3
+import subprocess
 import threading
+import time
 from typing import TYPE_CHECKING
 
 import pytest
+import redis
 from scrapy.exceptions import NotConfigured
 
 from extensions.addresses import AddressGuard, AddressPolicy, BlockedAddress
+from extensions.embedded_redis import find_redis_binary, free_port
 from tests.httpserver import LogServer, reply
 from tests.utils import get_crawler
 from webcrawl.fleet import push_seeds, start_worker, wait_all
@@ -145,19 +149,50 @@ def listener() -> Iterator[Listener]:
     found.close()
 
 
+@pytest.fixture
+def victim_redis(tmp_path: Path) -> Iterator[tuple[int, redis.Redis, Path]]:
+    """A redis-server on 127.0.0.2, the operator's own Redis a page points
+    at; its log says "Possible SECURITY ATTACK" when it is sent HTTP."""
+    port, log = free_port(), tmp_path / "victim-redis.log"
+    proc = subprocess.Popen(
+        [find_redis_binary(), "--bind", "127.0.0.2", "--port", str(port),
+         "--save", "", "--appendonly", "no", "--logfile", str(log)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    client = redis.Redis(host="127.0.0.2", port=port, single_connection_client=True)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield port, client, log
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(10)
+
+
 @pytest.mark.slow
 def test_crawl_refuses_private_hops(
-    redis_url: str, tmp_path: Path, listener: Listener
+    redis_url: str,
+    tmp_path: Path,
+    listener: Listener,
+    victim_redis: tuple[int, redis.Redis, Path],
 ) -> None:
     inner = f"127.0.0.2:{listener.port}"
-    redis_port = int(redis_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0])
+    redis_port, victim, victim_log = victim_redis
     links = [
         f"http://{inner}/link.html",
         f"http://2130706434:{listener.port}/decimal.html",
         f"http://rebind.test:{listener.port}/rebind.html",  # public name, 127.0.0.2
         "http://internal.test/",  # 10.0.0.7: never connected to
         "http://metadata.test/latest/meta-data/",  # 169.254.169.254
-        f"http://127.0.0.2:{redis_port}/",  # the Redis port, elsewhere on loopback
+        f"http://127.0.0.2:{redis_port}/",  # a Redis on 127.0.0.2
         "/redirect.html",
         "/refresh.html",
         "/ok.html",
@@ -194,8 +229,11 @@ def test_crawl_refuses_private_hops(
     # The allowed server was crawled, hops included.
     assert {"/", "/ok.html", "/redirect.html", "/refresh.html"} <= served
     # Nothing reached 127.0.0.2 (link, decimal IP, rebinding name, 302,
-    # meta refresh, the Redis port).
+    # meta refresh, the Redis port): only our own check connection.
     assert listener.accepted == 0
+    connections = victim.info("stats")["total_connections_received"]
+    assert connections == 1
+    assert "SECURITY ATTACK" not in victim_log.read_text()
     with sqlite3.connect(tmp_path / "pages.sqlite3") as db:
         errors = dict(db.execute("SELECT url, error FROM pages_metadata"))
     blocked = {
