@@ -192,7 +192,10 @@ class _FilteringReceiver:
 
     def addressResolved(self, address: IAddress) -> None:
         host = getattr(address, "host", None)
-        why = self.guard.policy.refusal(host) if host is not None else "unknown"
+        try:
+            why = self.guard.policy.refusal(host) if host is not None else "unknown"
+        except ValueError:  # not an IP address: fail closed
+            why = "unknown"
         if why is None:
             self.passed += 1
             self.receiver.addressResolved(address)
