@@ -17,13 +17,19 @@ import sqlite3
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
 from scrapy.exceptions import NotConfigured
+from twisted.internet.address import IPv4Address
 
-from extensions.addresses import AddressGuard, AddressPolicy, BlockedAddress
+from extensions.addresses import (
+    AddressGuard,
+    AddressPolicy,
+    BlockedAddress,
+    GuardedResolver,
+)
 from extensions.embedded_redis import find_redis_binary, free_port
 from tests.httpserver import LogServer, reply
 from tests.utils import get_crawler
@@ -256,3 +262,58 @@ def test_crawl_refuses_private_hops(
     )
     stats = re.search(r"'addresses/blocked': (\d+)", text)
     assert stats is not None and int(stats.group(1)) >= 7, text
+
+
+class FixedResolver:
+    """An ``IHostnameResolver`` answering every name with ``addresses``."""
+
+    def __init__(self, *addresses: str) -> None:
+        self.addresses = addresses
+
+    def resolveHostName(
+        self, receiver: Any, host: str, portNumber: int = 0, *args: Any
+    ) -> None:
+        receiver.resolutionBegan(None)
+        for address in self.addresses:
+            receiver.addressResolved(IPv4Address("TCP", address, portNumber))
+        receiver.resolutionComplete()
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.got: list[str] = []
+        self.done = False
+
+    def resolutionBegan(self, resolution: Any) -> None:
+        pass
+
+    def addressResolved(self, address: Any) -> None:
+        self.got.append(address.host)
+
+    def resolutionComplete(self) -> None:
+        self.done = True
+
+
+@pytest.mark.parametrize(
+    ("answers", "passed", "refused"),
+    [
+        (("10.0.0.1", "93.184.215.14"), ["93.184.215.14"], []),  # mixed: public only
+        (
+            ("10.0.0.1", "127.0.0.1"),
+            [],
+            [("10.0.0.1", "private"), ("127.0.0.1", "loopback")],
+        ),
+        (("93.184.215.14",), ["93.184.215.14"], []),
+    ],
+)
+def test_resolver_passes_only_allowed_addresses(
+    answers: tuple[str, ...], passed: list[str], refused: list[tuple[str, str]]
+) -> None:
+    seen: dict[str, list[tuple[str, str]]] = {}
+    resolver = GuardedResolver(
+        FixedResolver(*answers), AddressPolicy(), lambda h, r: seen.update({h: r})
+    )
+    receiver = Receiver()
+    resolver.resolveHostName(receiver, "name.test", 80)
+    assert receiver.got == passed and receiver.done
+    assert seen == ({"name.test": refused} if refused else {})
