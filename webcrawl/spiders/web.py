@@ -2,7 +2,9 @@
 
 Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
 ``MAX_IDLE_TIME_BEFORE_CLOSE``, ``WEB_ALLOWED_DOMAINS``,
-``WEB_SCOPE_SEED_HOSTS`` (defaults in :mod:`webcrawl.defaults`).
+``WEB_SCOPE_SEED_HOSTS``, ``REDIS_RETRY_MAX`` (defaults in
+:mod:`webcrawl.defaults`) and Scrapy's ``URLLENGTH_LIMIT`` (the longest seed
+URL accepted; 0 keeps the 2083 cap, since a seed is always bounded).
 
 Spider arguments (``-a``): ``allowed_domains`` (comma list), ``max_depth``
 (sets ``DEPTH_LIMIT``).
@@ -10,7 +12,10 @@ Spider arguments (``-a``): ``allowed_domains`` (comma list), ``max_depth``
 Seeds: ``redis-cli lpush web:start_urls URL`` (or a JSON object, see
 :mod:`extensions.seeds`). ``start()`` takes what is in the list when the crawl
 opens; afterwards a poll every ``SEED_POLL_INTERVAL`` seconds (one Redis call,
-no busy loop) feeds new seeds to the engine while the crawl runs.
+no busy loop) feeds new seeds to the engine while the crawl runs. A failing
+poll backs off (doubling up to ``REDIS_RETRY_MAX``) and keeps trying: Redis
+being away is logged once at WARNING, any other failure at ERROR with its
+traceback each time.
 
 Every response yields one :class:`~webcrawl.items.PageItem`, and so does every
 final failure (download error, HTTP error status, robots.txt exclusion), so a
@@ -36,9 +41,9 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.gz import gunzip
 from scrapy.utils.sitemap import Sitemap
 
-from extensions.connection import async_client
+from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.scheduler import LEASE_META
-from extensions.seeds import SeedList
+from extensions.seeds import URL_LENGTH_LIMIT, SeedList
 from webcrawl import defaults
 from webcrawl.items import PageItem
 
@@ -130,7 +135,10 @@ class WebSpider(Spider):
 
     def _seed_list(self) -> SeedList:
         if getattr(self, "_seeds", None) is None:
-            self._seeds = SeedList(async_client(self.crawler), self.name)
+            limit = self.crawler.settings.getint("URLLENGTH_LIMIT", URL_LENGTH_LIMIT)
+            self._seeds = SeedList(
+                async_client(self.crawler), self.name, limit or URL_LENGTH_LIMIT
+            )
         return self._seeds
 
     async def _take_seeds(self) -> list[Request]:
@@ -163,23 +171,62 @@ class WebSpider(Spider):
         return requests
 
     async def start(self) -> AsyncIterator[Any]:
+        self._idle_since: float | None = None
+        self._poll_failing: type[BaseException] | None = None
         while True:
-            requests = await self._take_seeds()
+            requests = await self._guarded_take()
+            if requests is None:
+                break  # logged; the poller takes over and keeps trying
             for request in requests:
                 yield request
             if len(requests) < self.seed_batch:
                 break
-        self._idle_since: float | None = None
         self._poller = asyncio.ensure_future(self._poll_seeds())
 
+    async def _guarded_take(self) -> list[Request] | None:
+        """:meth:`_take_seeds`, or None when it failed. Redis being away is
+        logged once (WARNING) until it answers again; anything else is a bug
+        or a broken seed list (e.g. the key holds a string, not a list) and
+        is logged at ERROR with its traceback on every failure. Either way
+        the poller keeps running with back-off, so the worker never stops
+        taking seeds silently, and still crawls its frontier meanwhile."""
+        stats = self.crawler.stats
+        assert stats is not None
+        try:
+            requests = await self._take_seeds()
+        except TRANSIENT_REDIS_ERRORS as exc:
+            stats.inc_value("seeds/poll_errors")
+            if self._poll_failing is None:
+                logger.warning(
+                    "Seed poll: Redis unreachable (%s); retrying with back-off",
+                    type(exc).__name__,
+                )
+            self._poll_failing = type(exc)
+            return None
+        except Exception:
+            stats.inc_value("seeds/poll_errors")
+            logger.exception(
+                "Seed poll of %s failed; retrying with back-off",
+                self._seed_list().key,
+            )
+            self._poll_failing = Exception
+            return None
+        if self._poll_failing is not None:
+            logger.warning("Seed poll works again")
+            self._poll_failing = None
+        return requests
+
     async def _poll_seeds(self) -> None:
+        s = self.crawler.settings
+        retry_max = s.getfloat("REDIS_RETRY_MAX", defaults.REDIS_RETRY_MAX)
+        delay = self.poll_interval
         while True:
-            await asyncio.sleep(self.poll_interval)
-            try:
-                requests = await self._take_seeds()
-            except Exception as exc:  # Redis down: the scheduler logs and waits
-                logger.debug("Seed poll failed: %s", exc)
+            await asyncio.sleep(delay)
+            requests = await self._guarded_take()
+            if requests is None:
+                delay = min(max(retry_max, self.poll_interval), delay * 2)
                 continue
+            delay = self.poll_interval
             engine = self.crawler.engine
             for request in requests:
                 assert engine is not None
