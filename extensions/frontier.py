@@ -166,7 +166,7 @@ for _, worker in ipairs(dead) do
   end
   for i = 1, #all, 2 do
     local ok, batch = pcall(cjson.decode, all[i + 1])
-    if not ok or type(batch) ~= 'table' then
+    if not ok or type(batch) ~= 'table' or (#batch == 0 and next(batch)) then
       poison(pkey, wal, all[i], all[i + 1], 'write-ahead batch is not a JSON list')
     else
       local bad = 0
