@@ -16,7 +16,13 @@ dupefilter in one batch, pushes the survivors and acknowledges finished
 leases in one script, refills the buffer with a batch of leases when it runs
 low, renews this worker's leases and reclaims expired ones. When Redis is
 unreachable it waits and retries with back-off; nothing is dropped, since the
-outbox and acknowledgements stay in memory until Redis takes them.
+outbox and acknowledgements stay in memory until Redis takes them. Any other
+failure of one step (heartbeat, recover, push, lease) is logged with its
+traceback once per run of failures and counted
+(``scheduler/step_errors/<step>``), and the other steps still run: one bad
+entry in Redis or one bug cannot stop the worker's whole share of the fleet.
+Entries the worker cannot use (see :mod:`extensions.frontier`, "Poison")
+go to the poison list, counted as ``scheduler/poison`` and logged once.
 
 Leases end (are acknowledged) when the request's outcome is final and
 durable: its page stored (signal :data:`webcrawl.signals.items_stored`), a
