@@ -52,37 +52,53 @@ POISON_ENTRY_KEEP = 4096
 
 # Shared Lua helpers: put a host back in the ready schedule, at the later of
 # its next allowed fetch time and its park time (circuit breaker, Retry-After);
-# queue a request; requeue a lease; move a malformed entry to the poison list
-# (`poisoned` counts them for the script's return value).
+# queue a request; requeue a lease; move a malformed entry to the poison list.
+# Each script sets `pkey` (the poison LIST, one of its KEYS) before use;
+# `poisoned` counts the entries set aside, for the script's return value.
 _LUA_SCHEDULE_HOST = (
     f"""
 local POISON_KEEP, POISON_ENTRY_KEEP = {POISON_KEEP}, {POISON_ENTRY_KEEP}
 """
     + """
+local pkey
 local poisoned = 0
-local function poison(pkey, key, field, entry, reason)
+local function poison(key, field, entry, reason)
   poisoned = poisoned + 1
   redis.call('RPUSH', pkey, cjson.encode({key = key, field = field,
     entry = string.sub(entry, 1, POISON_ENTRY_KEEP), length = #entry,
     reason = reason}))
   redis.call('LTRIM', pkey, -POISON_KEEP, -1)
 end
+-- redis.call(cmd, key, ...), except that a key of the wrong type is renamed
+-- aside (to <poison key>:<key>, with a poison record) and the call made again
+-- on the now empty key: one spoiled key must not fail every script run.
+local function on_key(cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r.err then
+    if not string.find(r.err, 'WRONGTYPE', 1, true) then error(r) end
+    local aside = pkey .. ':' .. key
+    redis.call('RENAME', key, aside)
+    poison(key, '', '', 'renamed to ' .. aside .. ': ' .. r.err)
+    r = redis.call(cmd, key, ...)
+  end
+  return r
+end
 local function schedule_host(ready, hkey, host, now)
   if redis.call('ZSCORE', ready, host) then return end
-  local rec = redis.call('HMGET', hkey, 'next', 'park')
+  local rec = on_key('HMGET', hkey, 'next', 'park')
   local t = math.max(tonumber(rec[1]) or 0, tonumber(rec[2]) or 0, now)
   redis.call('ZADD', ready, t, host)
 end
 local function queue_request(qprefix, host, prio, member, seq)
   local s = redis.call('INCR', seq) % 68719476736
   local score = (32768 - prio) * 68719476736 + s
-  return redis.call('ZADD', qprefix .. host, 'NX', score, member)
+  return on_key('ZADD', qprefix .. host, 'NX', score, member)
 end
 -- End lease `id` and put its request back in its host's queue with its
 -- original score (an expired lease, or one handed back). Returns 1 when a
 -- request was put back, 0 when the lease was already gone (or its record
 -- was malformed: then it goes to the poison list).
-local function requeue_lease(ready, leases, ldata, qprefix, hprefix, pkey, id, now)
+local function requeue_lease(ready, leases, ldata, qprefix, hprefix, id, now)
   local data = redis.call('HGET', ldata, id)
   local removed = redis.call('ZREM', leases, id)
   redis.call('HDEL', ldata, id)
@@ -90,10 +106,10 @@ local function requeue_lease(ready, leases, ldata, qprefix, hprefix, pkey, id, n
   local host, score, member = string.match(data, '^([^\\n]+)\\n([^\\n]*)\\n(.*)$')
   score = tonumber(score)
   if not host or not score or score ~= score then
-    poison(pkey, ldata, id, data, 'malformed lease record')
+    poison(ldata, id, data, 'malformed lease record')
     return 0
   end
-  redis.call('ZADD', qprefix .. host, 'NX', score, member)
+  on_key('ZADD', qprefix .. host, 'NX', score, member)
   schedule_host(ready, hprefix .. host, host, now)
   return 1
 end
@@ -108,7 +124,8 @@ end
 # redirect or retry hands its parent's lease over to the child with no window
 # in which neither is in Redis; and drop the batch's write-ahead entry.
 # KEYS[1] ready ZSET, KEYS[2] seq counter, KEYS[3] leases ZSET,
-# KEYS[4] lease data HASH, KEYS[5] the worker's write-ahead HASH
+# KEYS[4] lease data HASH, KEYS[5] the worker's write-ahead HASH,
+# KEYS[6] poison LIST
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix,
 # ARGV[3] number of requests n, ARGV[4] write-ahead entry id ('' for none),
 # then n triples (host, priority, member), then the lease ids to acknowledge.
@@ -117,6 +134,7 @@ COMMIT_LUA = (
     _LUA_SCHEDULE_HOST
     + """
 local ready, seq, leases, ldata = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+pkey = KEYS[6]
 local qprefix, hprefix = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[3])
 local now = now_ms()
@@ -152,7 +170,8 @@ return {added, acked}
 RECOVER_LUA = (
     _LUA_SCHEDULE_HOST
     + """
-local workers, ready, seq, pkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local workers, ready, seq = KEYS[1], KEYS[2], KEYS[3]
+pkey = KEYS[4]
 local qprefix, hprefix, wprefix = ARGV[1], ARGV[2], ARGV[3]
 local now = now_ms()
 local dead = redis.call('ZRANGEBYSCORE', workers, '-inf', now - tonumber(ARGV[4]))
@@ -161,13 +180,13 @@ for _, worker in ipairs(dead) do
   local wal = wprefix .. worker
   local all = redis.pcall('HGETALL', wal)
   if all.err then
-    poison(pkey, wal, '', '', all.err)
+    poison(wal, '', '', all.err)
     all = {}
   end
   for i = 1, #all, 2 do
     local ok, batch = pcall(cjson.decode, all[i + 1])
     if not ok or type(batch) ~= 'table' or (#batch == 0 and next(batch)) then
-      poison(pkey, wal, all[i], all[i + 1], 'write-ahead batch is not a JSON list')
+      poison(wal, all[i], all[i + 1], 'write-ahead batch is not a JSON list')
     else
       local bad = 0
       for _, r in ipairs(batch) do
@@ -182,7 +201,7 @@ for _, worker in ipairs(dead) do
         end
       end
       if bad > 0 then
-        poison(pkey, wal, all[i], all[i + 1],
+        poison(wal, all[i], all[i + 1],
                bad .. ' malformed requests in a write-ahead batch')
       end
     end
@@ -207,7 +226,8 @@ return {n, poisoned}
 LEASE_LUA = (
     _LUA_SCHEDULE_HOST
     + """
-local ready, leases, ldata, seq, pkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local ready, leases, ldata, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+pkey = KEYS[5]
 local qprefix, hprefix = ARGV[1], ARGV[2]
 local count, lease_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
 local worker, default_delay = ARGV[5], tonumber(ARGV[6])
@@ -219,7 +239,7 @@ local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0,
                            tonumber(ARGV[7]))
 for _, id in ipairs(expired) do
   reclaimed = reclaimed
-    + requeue_lease(ready, leases, ldata, qprefix, hprefix, pkey, id, now)
+    + requeue_lease(ready, leases, ldata, qprefix, hprefix, id, now)
 end
 
 local out = {}
@@ -230,19 +250,14 @@ while #out < count * 2 and guard > 0 do
   if #top == 0 or tonumber(top[2]) > now then break end
   local host = top[1]
   local hkey = hprefix .. host
-  local rec = redis.call('HMGET', hkey, 'delay', 'backoff', 'park', 'backoff_at')
+  local rec = on_key('HMGET', hkey, 'delay', 'backoff', 'park', 'backoff_at')
   local park = tonumber(rec[3]) or 0
   if park > now then
     redis.call('ZADD', ready, park, host)
   else
     local q = qprefix .. host
-    local popped = redis.pcall('ZPOPMIN', q)
-    if popped.err then  -- not a ZSET: set it aside, keep serving the others
-      redis.call('ZREM', ready, host)
-      local aside = pkey .. ':' .. q
-      redis.call('RENAME', q, aside)
-      poison(pkey, q, '', '', 'renamed to ' .. aside .. ': ' .. popped.err)
-    elseif #popped == 0 then
+    local popped = on_key('ZPOPMIN', q)
+    if #popped == 0 then
       redis.call('ZREM', ready, host)
     else
       local backoff = tonumber(rec[2]) or 0
@@ -284,11 +299,12 @@ RELEASE_LUA = (
     _LUA_SCHEDULE_HOST
     + """
 local ready, leases, ldata = KEYS[1], KEYS[2], KEYS[3]
+pkey = KEYS[4]
 local qprefix, hprefix = ARGV[1], ARGV[2]
 local now = now_ms()
 local n = 0
 for i = 3, #ARGV do
-  n = n + requeue_lease(ready, leases, ldata, qprefix, hprefix, KEYS[4], ARGV[i], now)
+  n = n + requeue_lease(ready, leases, ldata, qprefix, hprefix, ARGV[i], now)
 end
 return n
 """
@@ -355,7 +371,8 @@ class Frontier:
             args += [r.host, clamp_priority(r.priority), r.member]
         args += list(acks)
         added, acked = await self._commit(
-            keys=[k.ready, k.seq, k.leases, k.lease_data, k.wal(worker)], args=args
+            keys=[k.ready, k.seq, k.leases, k.lease_data, k.wal(worker), k.poison],
+            args=args,
         )
         return int(added), int(acked)
 

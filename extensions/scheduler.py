@@ -355,7 +355,12 @@ class RedisScheduler(BaseScheduler):
             await asyncio.wait_for(self._wakeup.wait(), seconds)
 
     async def _wait(self) -> None:
-        if self._outbox or self._acks or self._pending or self._closing:
+        if self._closing:
+            return
+        if self._outbox or self._acks or self._pending:
+            if "push" in self._failing or not self._beaten:
+                # Not in a tight loop: the push failed, or waits for a beat.
+                await self._sleep(self.retry_initial)
             return
         deadline = self._next_heartbeat
         if len(self._buffer) <= self.buffer_size // 2:
@@ -375,8 +380,7 @@ class RedisScheduler(BaseScheduler):
         # is tried again at the next interval, not on every step.
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.heartbeat
-            if await self._stage("heartbeat", self._heartbeat):
-                self._beaten = True
+            await self._stage("heartbeat", self._heartbeat)
             await self._stage("recover", self._recover)
         if self._beaten:
             await self._stage("push", self._sync_out)
@@ -553,16 +557,17 @@ class RedisScheduler(BaseScheduler):
 
     async def _heartbeat(self) -> None:
         assert self.frontier is not None
-        now = time.monotonic()
-        renew = [lease for lease, t in self._held.items() if now - t < MAX_LEASE_AGE]
-        renew += [lease for lease, _ in self._buffer]
-        if renew:
-            await self.frontier.extend(renew, int(self.lease_timeout * 1000))
         sec, usec = await self.frontier.client.time()
         await self.frontier.client.zadd(
             self.frontier.keys.workers,
             {self.worker: int(sec) * 1000 + int(usec) // 1000},
         )
+        self._beaten = True
+        now = time.monotonic()
+        renew = [lease for lease, t in self._held.items() if now - t < MAX_LEASE_AGE]
+        renew += [lease for lease, _ in self._buffer]
+        if renew:
+            await self.frontier.extend(renew, int(self.lease_timeout * 1000))
         self._remote_ready, self._remote_leases = await self.frontier.counts()
 
     async def _recover(self) -> None:

@@ -288,6 +288,29 @@ def test_malformed_lease_record_and_wrong_typed_queue_are_set_aside(
     frontier_run(redis_url, body)
 
 
+def test_wrong_typed_keys_are_set_aside_when_queueing(redis_url: str) -> None:
+    """A host queue or host record of the wrong type made every commit that
+    touched the host fail, so the worker's outbox could never be pushed."""
+
+    async def body(f: Frontier) -> None:
+        host = "http://c.test:80"
+        await f.client.set(f.keys.queue(host), "oops")
+        await f.client.rpush(f.keys.host(host), "a", "list")
+        request = QueuedRequest(host, 0, b"http://c.test/1")
+        assert await f.commit([request]) == (1, 0)
+        reasons = [r["reason"] for r in await poison_records(f)]
+        assert len(reasons) == 2
+        assert all("WRONGTYPE" in r for r in reasons)
+        got = await f.lease(10, "w", 60_000, 0)
+        assert [m for _, m in got.leases] == [b"http://c.test/1"]
+        assert await f.client.lrange(f"{f.keys.poison}:{f.keys.host(host)}", 0, -1) == [
+            b"a",
+            b"list",
+        ]
+
+    frontier_run(redis_url, body)
+
+
 def test_scheduler_quarantines_a_poisoned_queue_entry(redis_url: str) -> None:
     """A queued member naming a class is moved to the poison list, its lease
     ends, and the good request next to it is served."""
