@@ -87,6 +87,8 @@ class WebSpider(Spider):
     scope_seed_hosts: bool
     poll_interval: float
     seed_batch: int
+    seed_url_limit: int
+    poll_retry_max: float
     max_idle: float
     worker: str | None
 
@@ -121,6 +123,11 @@ class WebSpider(Spider):
             "SEED_POLL_INTERVAL", defaults.SEED_POLL_INTERVAL
         )
         spider.seed_batch = s.getint("SEED_BATCH_SIZE", defaults.SEED_BATCH_SIZE)
+        # A seed is always bounded: URLLENGTH_LIMIT=0 keeps Scrapy's default.
+        spider.seed_url_limit = (
+            s.getint("URLLENGTH_LIMIT", URL_LENGTH_LIMIT) or URL_LENGTH_LIMIT
+        )
+        spider.poll_retry_max = s.getfloat("REDIS_RETRY_MAX", defaults.REDIS_RETRY_MAX)
         spider.max_idle = s.getfloat(
             "MAX_IDLE_TIME_BEFORE_CLOSE", defaults.MAX_IDLE_TIME_BEFORE_CLOSE
         )
@@ -135,9 +142,8 @@ class WebSpider(Spider):
 
     def _seed_list(self) -> SeedList:
         if getattr(self, "_seeds", None) is None:
-            limit = self.crawler.settings.getint("URLLENGTH_LIMIT", URL_LENGTH_LIMIT)
             self._seeds = SeedList(
-                async_client(self.crawler), self.name, limit or URL_LENGTH_LIMIT
+                async_client(self.crawler), self.name, self.seed_url_limit
             )
         return self._seeds
 
@@ -172,7 +178,7 @@ class WebSpider(Spider):
 
     async def start(self) -> AsyncIterator[Any]:
         self._idle_since: float | None = None
-        self._poll_failing: type[BaseException] | None = None
+        self._poll_failing = False
         while True:
             requests = await self._guarded_take()
             if requests is None:
@@ -182,6 +188,7 @@ class WebSpider(Spider):
             if len(requests) < self.seed_batch:
                 break
         self._poller = asyncio.ensure_future(self._poll_seeds())
+        self._poller.add_done_callback(_report_poller_death)
 
     async def _guarded_take(self) -> list[Request] | None:
         """:meth:`_take_seeds`, or None when it failed. Redis being away is
@@ -196,12 +203,12 @@ class WebSpider(Spider):
             requests = await self._take_seeds()
         except TRANSIENT_REDIS_ERRORS as exc:
             stats.inc_value("seeds/poll_errors")
-            if self._poll_failing is None:
+            if not self._poll_failing:
                 logger.warning(
                     "Seed poll: Redis unreachable (%s); retrying with back-off",
                     type(exc).__name__,
                 )
-            self._poll_failing = type(exc)
+            self._poll_failing = True
             return None
         except Exception:
             stats.inc_value("seeds/poll_errors")
@@ -209,22 +216,21 @@ class WebSpider(Spider):
                 "Seed poll of %s failed; retrying with back-off",
                 self._seed_list().key,
             )
-            self._poll_failing = Exception
+            self._poll_failing = True
             return None
-        if self._poll_failing is not None:
+        if self._poll_failing:
             logger.warning("Seed poll works again")
-            self._poll_failing = None
+            self._poll_failing = False
         return requests
 
     async def _poll_seeds(self) -> None:
-        s = self.crawler.settings
-        retry_max = s.getfloat("REDIS_RETRY_MAX", defaults.REDIS_RETRY_MAX)
+        retry_max = max(self.poll_retry_max, self.poll_interval)
         delay = self.poll_interval
         while True:
             await asyncio.sleep(delay)
             requests = await self._guarded_take()
             if requests is None:
-                delay = min(max(retry_max, self.poll_interval), delay * 2)
+                delay = min(retry_max, delay * 2)
                 continue
             delay = self.poll_interval
             engine = self.crawler.engine
@@ -335,6 +341,15 @@ class WebSpider(Spider):
             error=f"{type(value).__name__}: {value}"[:500],
             lease=request.meta.get(LEASE_META),
             worker=self.worker,
+        )
+
+
+def _report_poller_death(task: asyncio.Future[None]) -> None:
+    """The seed poller never ends but by cancellation: say so if it does."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.error(
+            "The seed poller stopped: no new seeds will be taken by this worker",
+            exc_info=task.exception(),
         )
 
 
