@@ -115,8 +115,11 @@ def test_hostile_seeds_cost_nothing_but_themselves(
         records = invalid_records(client)
     finally:
         client.close()
-    assert seen == {"start": True, "polled": True, "lease_kept": True}
-    assert report.exit_codes == [0]
+    assert seen == {"start": True, "polled": True, "lease_kept": True}, (
+        records,
+        worker_logs(tmp_path)[-4000:],
+    )
+    assert report.exit_codes == [0], worker_logs(tmp_path)[-4000:]
     assert_complete(report, tmp_path)
     reasons = [r["reason"] for r in records]
     for words, reason in zip(START_HOSTILE.values(), reasons, strict=False):
