@@ -131,8 +131,10 @@ def classify_exception(exc: BaseException) -> str | None:
     """The failure class of a download exception; None when no policy
     applies (an ``IgnoreRequest`` of a filter, a programming error).
 
-    An exception may name its own class with a ``failure_reason`` attribute
-    (the SSRF guard's refusals say ``blocked_address``): it is terminal.
+    An exception may name its own class with a ``failure_reason`` attribute,
+    or, for an ``IgnoreRequest``, a ``reason`` one (the SSRF guard's
+    refusals say ``blocked_address``, the trap filter's ``url_too_long``,
+    ...): it is terminal.
 
     >>> classify_exception(CannotResolveHostError("x"))
     'dns'
@@ -144,6 +146,9 @@ def classify_exception(exc: BaseException) -> str | None:
     'too_many_redirects'
     """
     reason = getattr(exc, "failure_reason", None)
+    if reason is None and isinstance(exc, IgnoreRequest):
+        # The refusals of the SSRF guard and the trap filter name theirs.
+        reason = getattr(exc, "reason", None)
     if isinstance(reason, str):
         return reason
     if isinstance(exc, DownloadCancelledError):

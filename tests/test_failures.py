@@ -58,11 +58,11 @@ def _fail_until_final(mw: FailurePolicyMiddleware, answer: Any) -> list[Request]
     raise AssertionError("never gave up")
 
 
-def test_disabled_and_add_on_replaces_scrapy_retry() -> None:
+def test_disabled_and_add_on_replaces_scrapy_retry(redis_url: str) -> None:
     with pytest.raises(NotConfigured):
         _mw(FAILURE_POLICY_ENABLED=False)
     s = Settings()
-    s.set("REDIS_URL", "redis://127.0.0.1:1", "cmdline")
+    s.set("REDIS_URL", redis_url, "cmdline")
     Webcrawl().update_settings(s)
     mws = s.getdict("DOWNLOADER_MIDDLEWARES")
     # Scrapy's RetryMiddleware re-schedules at once and gives a 429 up after

@@ -189,7 +189,7 @@ def test_write_ahead_of_a_dead_worker_is_queued_again(redis_url: str) -> None:
         await f.client.zadd(f.keys.workers, {"dead": 0, "alive": 10**13})
         await f.log_ahead("dead", "e1", [q("http://a.test/1"), q("http://a.test/2")])
         await f.log_ahead("alive", "e2", [q("http://a.test/3")])
-        assert await f.recover(dead_after_ms=60_000) == (2, 0)
+        assert await f.recover(dead_after_ms=60_000) == (2, 0, 0)
         got = await f.lease(10, "w", 60_000, 0)
         assert urls(got.leases) == ["http://a.test/1", "http://a.test/2"]
         assert await f.client.exists(f.keys.wal("dead")) == 0
@@ -235,7 +235,7 @@ def test_leases_of_a_silent_worker_come_back_at_once(redis_url: str) -> None:
         await f.lease(1, "alive", 3_600_000, 0)
         now = await f.now_ms()
         await f.client.zadd(f.keys.workers, {"dead": now - 31_000, "alive": now})
-        assert await f.recover(dead_after_ms=30_000) == (0, 1)
+        assert await f.recover(dead_after_ms=30_000) == (0, 0, 1)
         got = await f.lease(10, "alive", 60_000, 0)
         assert urls(got.leases) == ["http://a.test/1"]
         assert await f.client.zcard(f.keys.leases) == 2

@@ -3,10 +3,11 @@
 It installs the defaults of every package (:mod:`extensions.defaults`,
 :mod:`pipelines.defaults`, :mod:`webcrawl.defaults`) at ``default`` priority,
 checks every value against its declared type and range, sets the Redis
-scheduler, the Bloom dupefilter, the robots, back-off, failure-policy and
-per-host lock downloader middlewares and the batching storage pipeline, and
-turns off what they replace (Scrapy's per-process robots middleware and its
-immediate RetryMiddleware). Values a user sets at a
+scheduler, the Bloom dupefilter, the robots, back-off, failure-policy,
+per-host lock and SSRF guard downloader middlewares, the trap filter spider
+middleware and the batching storage pipeline, and turns off what they replace
+(Scrapy's per-process robots middleware, its immediate ``RetryMiddleware`` and
+its ``UrlLengthMiddleware``). Values a user sets at a
 higher priority (``-s``, scrapyd ``setting=``, a spider's ``custom_settings``)
 still win, and are checked like the defaults.
 
@@ -21,17 +22,20 @@ so no component ever starts a process on the reactor thread.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, NoReturn
 
 import extensions.defaults
 import pipelines.defaults
-from extensions import config
+from extensions import addresses, config, politeness, traps
+from extensions.connection import RedisUnavailable, check_redis
 from extensions.embedded_redis import ensure_embedded, webcrawl_home
-from extensions.politeness import DOWNLOADER_MIDDLEWARES
 from webcrawl import defaults
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
 
 SCHEDULER = "extensions.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
@@ -42,6 +46,7 @@ RETRY_MIDDLEWARES = {
     "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
     "extensions.failures.FailurePolicyMiddleware": 550,
 }
+SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 METRICS_EXTENSION = {"extensions.metrics.PrometheusMetrics": 500}
 # Every package's defaults module, installed and checked in this order.
 DEFAULTS = (extensions.defaults, pipelines.defaults, defaults)
@@ -53,21 +58,90 @@ def install_defaults(settings: BaseSettings) -> None:
         config.install(settings, module)
 
 
+def guarantee_problems(settings: BaseSettings) -> list[str]:
+    """Values each in range that together would switch a guarantee off.
+
+    A guarantee (politeness, robots.txt, storage) goes off only through its
+    own ``*_ENABLED`` flag, never as a side effect of another setting.
+    """
+    found = []
+    if settings.getbool("ROBOTS_ENABLED") and settings.getbool("ROBOTSTXT_OBEY"):
+        # The shared middleware refuses to run beside Scrapy's, and the
+        # add-on switches Scrapy's off: no robots.txt would be obeyed at all.
+        found.append(
+            "ROBOTSTXT_OBEY=True would switch off the fleet-wide robots.txt "
+            "middleware: leave it False (ROBOTS_ENABLED=True obeys robots.txt), "
+            "or set ROBOTS_ENABLED=False to use Scrapy's own"
+        )
+    lease = settings.getfloat("FRONTIER_LEASE_TIMEOUT")
+    heartbeat = settings.getfloat("FRONTIER_HEARTBEAT_INTERVAL")
+    if lease <= heartbeat:
+        # Leases would expire between two renewals and their requests be
+        # handed to a second worker while the first still fetches them.
+        found.append(
+            f"FRONTIER_LEASE_TIMEOUT={lease:g} is not allowed: use a number "
+            f"> FRONTIER_HEARTBEAT_INTERVAL ({heartbeat:g})"
+        )
+    return found
+
+
+def refuse(error: Exception) -> NoReturn:
+    """Stop the worker before its first request with one line saying why.
+
+    A worker that cannot start must exit non-zero (scrapyd and process
+    supervisors see it), and a wall of tracebacks hides the one sentence
+    that matters: log that sentence and exit with status 2, like a usage
+    error of the ``scrapy`` command.
+    """
+    logger.critical("webcrawl cannot start: %s", error)
+    raise SystemExit(2)
+
+
+class WebcrawlDefaults:
+    """Add-on that installs every package's defaults and switches nothing on.
+
+    For a project that wires some webcrawl components itself (the bench's
+    stock crawlers use only the storage pipeline) or for tests that build one
+    component: the components read their settings without a fallback.
+    """
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        install_defaults(settings)
+
+
 class Webcrawl:
     """Scrapy add-on (``ADDONS = {"webcrawl.addon.Webcrawl": 0}``)."""
 
     def update_settings(self, settings: BaseSettings) -> None:
         install_defaults(settings)
-        config.check(settings, *DEFAULTS)
+        try:
+            config.check(settings, *DEFAULTS)
+        except config.SettingsError as exc:
+            refuse(exc)
+        if problems := guarantee_problems(settings):
+            refuse(config.SettingsError("; ".join(problems)))
         settings.set("SCHEDULER", SCHEDULER, "addon")
         settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
         # Our robots middleware shares one robots.txt fetch per host across
         # the fleet and replaces Scrapy's per-process one.
         settings.set("ROBOTSTXT_OBEY", False, "addon")
-        settings["DOWNLOADER_MIDDLEWARES"].update(DOWNLOADER_MIDDLEWARES)
+        settings["DOWNLOADER_MIDDLEWARES"].update(politeness.DOWNLOADER_MIDDLEWARES)
+        settings["DOWNLOADER_MIDDLEWARES"].update(addresses.DOWNLOADER_MIDDLEWARES)
         settings["DOWNLOADER_MIDDLEWARES"].update(RETRY_MIDDLEWARES)
+        settings["SPIDER_MIDDLEWARES"].update(traps.SPIDER_MIDDLEWARES)
+        if not settings.getbool("ROBOTS_ENABLED"):
+            # Switched off explicitly: Scrapy's own obeys ROBOTSTXT_OBEY again.
+            settings["DOWNLOADER_MIDDLEWARES"].pop(SCRAPY_ROBOTS, None)
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
         if settings.getint("METRICS_PORT") > 0:
             settings["EXTENSIONS"].update(METRICS_EXTENSION)
-        if not config.setting_or_env(settings, "REDIS_URL"):
-            settings.set("REDIS_URL", ensure_embedded(webcrawl_home(settings)), "addon")
+        try:
+            url = config.setting_or_env(settings, "REDIS_URL")
+            if not url:
+                url = ensure_embedded(webcrawl_home(settings))
+                settings.set("REDIS_URL", url, "addon")
+            # One ping with short timeouts: a wrong password, a closed port or
+            # a server that never answers stops the worker in seconds.
+            check_redis(url)
+        except (config.SettingsError, RedisUnavailable) as exc:
+            refuse(exc)

@@ -27,3 +27,6 @@ DOWNLOAD_TIMEOUT = 30
 # delay by design; a user who asks for politeness turns it off.
 DOWNLOAD_DELAY_JITTER = 0
 DEPTH_PRIORITY = 0
+# The storage pipeline they share reads its settings from webcrawl's defaults;
+# this add-on installs them and switches no webcrawl component on.
+ADDONS = {"webcrawl.addon.WebcrawlDefaults": 0}
