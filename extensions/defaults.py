@@ -99,6 +99,8 @@ BREAKER_MAX_COOLDOWN: Annotated[float, Range(above=0)] = 86400.0
 FAILURE_POLICY_ENABLED = True
 # Random variation of each retry delay (0.2: +-20%; a Retry-After only ever later).
 RETRY_DELAY_JITTER: Annotated[float, Range(0, below=1)] = 0.2
+# Factor on every delay and time budget of the failure table (not on Retry-After).
+RETRY_DELAY_SCALE: Annotated[float, Range(above=0, below=1000)] = 1.0
 # Cap in seconds of a Retry-After honoured for a retry.
 RETRY_AFTER_MAX: Annotated[float, Range(above=0)] = 3600.0
 # Seconds after its first 429/503 with Retry-After that a request is given up.

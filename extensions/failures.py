@@ -1,7 +1,8 @@
 """One failure policy: which failures are retried, when, and for how long.
 
 Settings read (defaults in :mod:`extensions.defaults`): ``FAILURE_POLICY_ENABLED``,
-``RETRY_DELAY_JITTER``, ``RETRY_AFTER_MAX``, ``RETRY_THROTTLED_TIME_BUDGET``.
+``RETRY_DELAY_JITTER``, ``RETRY_DELAY_SCALE``, ``RETRY_AFTER_MAX``,
+``RETRY_THROTTLED_TIME_BUDGET``.
 
 Every failed download is put in one *failure class* (:func:`classify`), and
 the class's :class:`Policy` says whether it is retried, after how long (an
@@ -220,10 +221,28 @@ class Decision:
 class FailurePolicy:
     """Applies :data:`POLICIES` to one failure of one request."""
 
-    def __init__(self, jitter: float, retry_after_max: float, throttled_budget: float):
+    def __init__(
+        self,
+        jitter: float,
+        retry_after_max: float,
+        throttled_budget: float,
+        scale: float = 1.0,
+    ) -> None:
         self.jitter = jitter
         self.retry_after_max = retry_after_max
-        self.policies = dict(POLICIES)
+        # The table's own delays and time budgets, scaled together (a server's
+        # Retry-After is the server's: never scaled).
+        self.policies = {
+            name: Policy(
+                p.retried,
+                p.attempts,
+                p.initial * scale,
+                p.cap * scale,
+                p.budget * scale,
+                p.note,
+            )
+            for name, p in POLICIES.items()
+        }
         self.policies["retry_after"] = Policy(
             True, 0, 0.0, 0.0, throttled_budget, POLICIES["retry_after"].note
         )
@@ -301,6 +320,7 @@ class FailurePolicyMiddleware:
             s.getfloat("RETRY_DELAY_JITTER"),
             s.getfloat("RETRY_AFTER_MAX"),
             s.getfloat("RETRY_THROTTLED_TIME_BUDGET"),
+            s.getfloat("RETRY_DELAY_SCALE"),
         )
 
     @classmethod

@@ -38,6 +38,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from scrapy.exceptions import CannotResolveHostError
 from scrapy.http import Request
 
 if TYPE_CHECKING:
@@ -52,6 +53,14 @@ DEFAULT_PORTS = {"http": 80, "https": 443, "ftp": 21, "ws": 80, "wss": 443}
 # middleware leaves the host's page back-off alone for them (an unreachable
 # robots.txt parks the host through the robots cache instead).
 ROBOTS_FETCH_META = "robots_fetch"
+
+
+class HostUnresolvable(CannotResolveHostError):
+    """A page request failed without a connection: its host's name did not
+    resolve when its robots.txt was fetched (the robots middleware raises
+    it; the failure policy retries it like any DNS failure, and the circuit
+    breaker does not count it: the robots.txt fetch was counted)."""
+
 
 # Values of POLITENESS_KEY.
 KEY_MODES = ("host", "domain", "ip")

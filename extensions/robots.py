@@ -33,7 +33,6 @@ from urllib.parse import urlsplit
 
 from scrapy import signals
 from scrapy.exceptions import (
-    CannotResolveHostError,
     IgnoreRequest,
     NotConfigured,
     StopDownload,
@@ -47,6 +46,7 @@ from extensions.connection import async_client, retry_redis
 from extensions.failures import DNS_ERRORS
 from extensions.hosts import (
     ROBOTS_FETCH_META,
+    HostUnresolvable,
     deferred_copy,
     host_key,
     park_host,
@@ -256,7 +256,7 @@ class SharedRobotsTxtMiddleware:
         if verdict == "disallow":
             if entry.status == UNRESOLVABLE:
                 stats.inc_value("robotstxt/unresolvable")
-                raise CannotResolveHostError(
+                raise HostUnresolvable(
                     f"{host_key(request)} does not resolve (robots.txt fetch)"
                 )
             # Back to Redis, under the host parked until the next robots.txt
@@ -427,9 +427,15 @@ class SharedRobotsTxtMiddleware:
                 "retry in %.0f s",
                 hostkey, status or "unreachable", int(failures), ttl,
             )  # fmt: skip
-            await park_host(
-                self.client, keys.FrontierKeys(self.prefix).host(hostkey), int(ttl_ms)
-            )
+            if status != UNRESOLVABLE:
+                # Not for a name that does not resolve: its requests must
+                # reach the failure policy (which gives them up after two
+                # DNS attempts), not wait behind a doubling park one by one.
+                await park_host(
+                    self.client,
+                    keys.FrontierKeys(self.prefix).host(hostkey),
+                    int(ttl_ms),
+                )
         return self._entry(status, body, ttl)
 
     def _on_bytes(self, data: bytes, request: Request, **_: Any) -> None:

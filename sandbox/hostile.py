@@ -29,6 +29,14 @@ traps          ``/repeat/``: every page links ``a/`` and ``b/a/`` (relative), so
                ``/s/<token>/page.html`` links the next token (a session id in
                the path); ``/facets``: every page links each facet value added
                to its query (``?color=red&size=m&...``), a combinatorial explosion
+failures       ``/fail/links.html`` links hosts whose names do not resolve
+               (``*.nxdomain.sandbox.test``, see :mod:`sandbox.resolver`) and
+               a host that is down (``down.sandbox.test`` on port 1: refused);
+               ``/fail/long/1`` -302-> ``2`` ... ``LONG_CHAIN`` (30) hops ->
+               ``/fail/landing.html``; ``/fail/loop/a`` <-302-> ``b``;
+               ``/fail/retry-later.html``: 503 with ``Retry-After:
+               RETRY_LATER_SECONDS`` the first time (per server run), then
+               200; ``/fail/throttled.html``: always 429 with ``Retry-After: 1``
 etag           every page gets ``ETag``/``Last-Modified``; ``If-None-Match`` /
                ``If-Modified-Since`` get a 304 (see ``Site.page_response``)
 =============  =================================================================
@@ -62,6 +70,12 @@ SLOW_SECONDS = {"/slow/1.html": 1.0, "/slow/2.html": 2.0, "/slow/3.html": 3.0}
 # Times /error/flaky.html answers 503 before it answers 200 (per server run).
 FLAKY_FAILURES = 2
 RETRY_AFTER_SECONDS = 2
+# The failures feature: redirect hops of /fail/long/, the first Retry-After of
+# /fail/retry-later.html, the hosts /fail/links.html links.
+LONG_CHAIN = 30
+RETRY_LATER_SECONDS = 5
+UNRESOLVABLE_HOSTS = ("gone-1.nxdomain.sandbox.test", "gone-2.nxdomain.sandbox.test")
+DOWN_HOST = "down.sandbox.test:1"
 RETRY_AFTER_DATE_SECONDS = 3
 SAMPLE_LATIN = "Café “naïve” résumé — 5 € à la carte"
 SAMPLE_JAPANESE = "日本語のページです。こんにちは、世界"
@@ -95,6 +109,13 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
     "huge": ("/huge.html",),
     "duplicates": DUPLICATE_EXACT + DUPLICATE_NEAR,
     "etag": (),
+    "failures": (
+        "/fail/links.html",
+        "/fail/long/1",
+        "/fail/loop/a",
+        "/fail/retry-later.html",
+        "/fail/throttled.html",
+    ),
     "traps": (
         "/repeat/",
         "/session/page.html?sid=1",
@@ -190,6 +211,7 @@ class Hostile:
         self.site = site
         self.features = site.spec.features
         self.flaky_count = 0
+        self.retry_later_served = False
         self._bomb: asyncio.Future[bytes] | None = None
         self._huge: Page | None = None
         self._dups: dict[str, Page] | None = None
@@ -213,6 +235,8 @@ class Hostile:
             return self.bomb()
         if "huge" in f and path == "/huge.html":
             return self.site.page_response(self.huge(), req)
+        if "failures" in f and path.startswith("/fail/"):
+            return self.failure(path, req)
         if "traps" in f and path.startswith(
             ("/repeat/", "/session/", "/s/", "/facets")
         ):
@@ -220,6 +244,44 @@ class Hostile:
         if "duplicates" in f and path.startswith("/dup/"):
             page = self.duplicates().get(path)
             return None if page is None else self.site.page_response(page, req)
+        return None
+
+    # --- failures ------------------------------------------------------------
+    def failure(self, path: str, req: Request) -> Response | None:
+        if path == "/fail/links.html":
+            port = self.site.port
+            urls = [f"http://{h}:{port}/" for h in UNRESOLVABLE_HOSTS]
+            urls += [f"http://{UNRESOLVABLE_HOSTS[0]}:{port}/page.html"]
+            urls += [f"http://{DOWN_HOST}/", f"http://{DOWN_HOST}/page.html"]
+            links = "".join(f'<a href="{u}">{u}</a>\n' for u in urls)
+            body = _html("Dead links", links)
+            return Response(200, body.encode(), [("Content-Type", HTML)])
+        match = re.match(r"^/fail/long/(\d+)$", path)
+        if match and 1 <= int(match.group(1)) <= LONG_CHAIN:
+            n = int(match.group(1))
+            nxt = f"/fail/long/{n + 1}" if n < LONG_CHAIN else "/fail/landing.html"
+            return Response(302, b"", [("Location", nxt)])
+        if path in ("/fail/loop/a", "/fail/loop/b"):
+            other = "/fail/loop/b" if path.endswith("a") else "/fail/loop/a"
+            return Response(302, b"", [("Location", other)])
+        if path == "/fail/landing.html":
+            body = _html("Landed", f"<p>After {LONG_CHAIN} redirects.</p>")
+            return Response(200, body.encode(), [("Content-Type", HTML)])
+        if path == "/fail/retry-later.html":
+            if req.method == "GET" and not self.retry_later_served:
+                self.retry_later_served = True
+                return Response(
+                    503,
+                    _html("Come back later", "<p>Busy.</p>").encode(),
+                    [("Content-Type", HTML), ("Retry-After", str(RETRY_LATER_SECONDS))],
+                )
+            body = _html("Later", "<p>Served after its Retry-After.</p>")
+            return Response(200, body.encode(), [("Content-Type", HTML)])
+        if path == "/fail/throttled.html":
+            slow_down = _html("Too many requests", "<p>Slow down.</p>").encode()
+            return Response(
+                429, slow_down, [("Content-Type", HTML), ("Retry-After", "1")]
+            )
         return None
 
     # --- calendar ------------------------------------------------------------

@@ -1,5 +1,8 @@
 """A Scrapy DNS resolver that sends ``*.sandbox.test`` to 127.0.0.1.
 
+Names under ``nxdomain.sandbox.test`` do not resolve (an immediate
+``DNSLookupError``): the sandbox's dead links, as on the internet.
+
 Use it with ``TWISTED_DNS_RESOLVER = "sandbox.resolver.SandboxResolver"``
 (Scrapy >= 2.19; the older ``DNS_RESOLVER`` name still works, with a
 deprecation warning). Every other name goes to Scrapy's default
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.resolver import CachingThreadedResolver
 from twisted.internet import defer
+from twisted.internet.error import DNSLookupError
 from twisted.internet.interfaces import IResolverSimple
 from zope.interface import implementer
 
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
 
 SANDBOX_SUFFIX = ".sandbox.test"
 SANDBOX_ADDRESS = "127.0.0.1"
+UNRESOLVABLE_SUFFIX = ".nxdomain" + SANDBOX_SUFFIX
 
 
 def is_sandbox_name(name: str) -> bool:
@@ -54,6 +59,8 @@ class SandboxResolver(CachingThreadedResolver):
     """
 
     def getHostByName(self, name: str, timeout: Sequence[int] = ()) -> Deferred[str]:
+        if name.lower().rstrip(".").endswith(UNRESOLVABLE_SUFFIX):
+            return defer.fail(DNSLookupError(f"{name}: no such name (sandbox)"))
         if is_sandbox_name(name):
             return defer.succeed(SANDBOX_ADDRESS)
         return super().getHostByName(name, timeout)

@@ -56,6 +56,7 @@ FEATURES = frozenset(
         "huge",
         "duplicates",
         "etag",
+        "failures",
         "traps",
     }
 )

@@ -1,0 +1,200 @@
+"""End to end: every URL's story ends, with real workers and the sandbox web.
+
+Two ``scrapy crawl web`` workers crawl the sandbox's ``failures`` corners
+(:mod:`sandbox.hostile`): hosts whose names do not resolve, a host that is
+down, a 30-hop redirect chain, a redirect loop, a 503 with ``Retry-After``
+and a host answering 429 with ``Retry-After`` forever. Each ends in the
+README's failure table's outcome, the crawl closes by itself, and every URL
+is stored, dead-lettered or still waiting in Redis. What was fetched, and
+when, is judged on the sandbox's own request record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis
+import redis.asyncio as aredis
+
+from extensions.dlq import DeadLetters
+from extensions.keys import FrontierKeys
+from sandbox.hostile import DOWN_HOST, LONG_CHAIN, RETRY_LATER_SECONDS
+from sandbox.site import SiteSpec
+from tests.test_crawl_e2e import stored_urls
+from webcrawl.fleet import start_worker, stop
+from webcrawl.localcrawl import crawl_sandbox
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sandbox.process import SandboxProcess
+
+pytestmark = pytest.mark.slow
+
+# Short curves so the whole story fits in a test: the failure table's delays
+# at a tenth, robots.txt retried after 2 s (doubling), an 8 s budget for a
+# server that keeps answering 429 with Retry-After, heartbeats every second
+# (a killed worker's leases come back within three).
+SETTINGS: dict[str, object] = {
+    "RETRY_DELAY_SCALE": 0.1,
+    "ROBOTS_RETRY_INITIAL": 2,
+    "RETRY_THROTTLED_TIME_BUDGET": 8,
+    "FRONTIER_HEARTBEAT_INTERVAL": 1,
+    "DOWNLOAD_DELAY": 0.2,
+    "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
+}
+
+
+def _dead_letters(redis_url: str) -> dict[str, dict[str, Any]]:
+    async def main() -> list[dict[str, Any]]:
+        client = aredis.Redis.from_url(redis_url)
+        try:
+            return await DeadLetters(client, "web").entries()
+        finally:
+            await client.aclose()
+
+    return {e["url"]: e for e in asyncio.run(main())}
+
+
+def _waiting_urls(redis_url: str) -> set[str]:
+    """URLs queued or delayed in the frontier (not leased: the crawl ended)."""
+    client = redis.Redis.from_url(redis_url)
+    k = FrontierKeys("web")
+    urls: set[str] = set()
+    try:
+        for key in client.scan_iter(match=k.queue_prefix + "*"):
+            urls.update(
+                m.split(b"\n", 1)[0].decode() for m in client.zrange(key, 0, -1)
+            )
+        for m in client.zrange(k.delayed, 0, -1):
+            urls.add(m.split(b"\n", 3)[2].decode())
+        assert client.zcard(k.leases) == 0
+    finally:
+        client.close()
+    return urls
+
+
+def test_every_corner_ends_in_its_documented_outcome(
+    tmp_path: Path, redis_url: str
+) -> None:
+    spec = SiteSpec(seed=21, hosts=2, pages_per_host=3, features={"failures"})
+    report = crawl_sandbox(
+        spec, redis_url, tmp_path, workers=2, settings=SETTINGS, timeout=120
+    )
+    assert report.exit_codes == [0, 0], report.log_dir
+    port, trap = report.port, f"site-{spec.trap_host:03d}.sandbox.test"
+
+    def trap_url(path: str) -> str:
+        return f"http://{trap}:{port}{path}"
+
+    dead = _dead_letters(redis_url)
+    reasons = {url: e["reason"] for url, e in dead.items()}
+    gone = [
+        f"http://gone-1.nxdomain.sandbox.test:{port}/",
+        f"http://gone-1.nxdomain.sandbox.test:{port}/page.html",
+        f"http://gone-2.nxdomain.sandbox.test:{port}/",
+    ]
+    # Names that do not resolve: given up after two attempts.
+    for url in gone:
+        assert reasons.get(url) == "dns", (url, dead.get(url))
+        assert dead[url]["attempts"] == 2
+    assert reasons[trap_url("/fail/long/1")] == "too_many_redirects"
+    assert reasons[trap_url("/fail/loop/a")] == "redirect_loop"
+    # Retry-After honoured attempt after attempt, until the time budget.
+    throttled = dead[trap_url("/fail/throttled.html")]
+    assert throttled["reason"] == "retry_after" and throttled["attempts"] >= 3
+    fetches = report.fetch_counts()
+    assert fetches[trap_url(f"/fail/long/{LONG_CHAIN}")] == 0
+    # 503 with Retry-After: fetched again no sooner than it said (the
+    # sandbox's clock), then stored.
+    later = [
+        r["t_ms"] for r in report.page_records if r["path"] == "/fail/retry-later.html"
+    ]
+    assert len(later) == 2 and later[1] - later[0] >= RETRY_LATER_SECONDS * 1000
+    pages = stored_urls(tmp_path)
+    assert pages[trap_url("/fail/retry-later.html")].metadata["status"] == 200
+
+    # The host that is down: its robots.txt is unreachable, so its requests
+    # wait in Redis for the next run (RFC 9309), never dropped.
+    waiting = _waiting_urls(redis_url)
+    assert {f"http://{DOWN_HOST}/", f"http://{DOWN_HOST}/page.html"} <= waiting
+
+    # Accounting: every URL the crawl met is stored, dead-lettered or waiting.
+    met = set(report.spec.reachable_urls(port)) | set(gone)
+    met |= {f"http://{DOWN_HOST}/", f"http://{DOWN_HOST}/page.html"}
+    unaccounted = met - set(pages) - set(dead) - waiting
+    assert not unaccounted, sorted(unaccounted)[:5]
+    assert not set(dead) & waiting
+
+    # The crawl closed by itself and said what it leaves behind.
+    logs = "".join(p.read_text() for p in report.log_dir.glob("*.log"))
+    assert "Closing with " in logs and " URLs waiting in Redis on " in logs
+
+
+def test_retries_survive_sigkill_and_happen_at_their_due_time(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Both workers are SIGKILLed while the 503's retry waits in Redis; two
+    fresh workers fetch it at its due time, once, and take back the dead
+    workers' leases within a few heartbeats."""
+    spec = SiteSpec(seed=22, hosts=2, pages_per_host=3, features={"failures"})
+    k = FrontierKeys("web")
+    client = redis.Redis.from_url(redis_url)
+    restarted: list[Any] = []
+
+    def kill_while_pending(procs: list[Any], web: SandboxProcess) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if any(b"retry-later" in m for m in client.zrange(k.delayed, 0, -1)):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the retry never reached the delayed set")
+        for proc in procs:
+            stop(proc, signal.SIGKILL)
+        settings = {**report_settings, "WEBCRAWL_HOME": str(tmp_path)}
+        for n, _ in enumerate(procs):
+            procs[n] = start_worker(settings, tmp_path / "logs" / f"again-{n}.log")
+            restarted.append(procs[n])
+
+    report_settings = {
+        "REDIS_URL": redis_url,
+        "SEED_POLL_INTERVAL": 0.5,
+        "WEB_ALLOWED_DOMAINS": "sandbox.test",
+        "ALLOW_PRIVATE_ADDRESSES": True,
+        "BLOOM_CAPACITY": 1_000_000,
+        **SETTINGS,
+    }
+    try:
+        report = crawl_sandbox(
+            spec,
+            redis_url,
+            tmp_path,
+            workers=2,
+            settings=SETTINGS,
+            timeout=120,
+            during=kill_while_pending,
+        )
+    finally:
+        client.close()
+    assert len(restarted) == 2 and report.exit_codes == [0, 0]
+    later = [
+        r["t_ms"] for r in report.page_records if r["path"] == "/fail/retry-later.html"
+    ]
+    assert len(later) == 2, later
+    assert later[1] - later[0] >= RETRY_LATER_SECONDS * 1000
+    port, trap = report.port, f"site-{spec.trap_host:03d}.sandbox.test"
+    pages = stored_urls(tmp_path)
+    assert (
+        pages[f"http://{trap}:{port}/fail/retry-later.html"].metadata["status"] == 200
+    )
+    # Nothing the killed workers held is lost: every reachable page is stored
+    # or dead-lettered or waiting.
+    dead = _dead_letters(redis_url)
+    waiting = _waiting_urls(redis_url)
+    regular = {u for u in spec.reachable_urls(port) if "/fail/" not in u}
+    assert not regular - set(pages) - set(dead) - waiting
