@@ -370,12 +370,16 @@ class FailurePolicyMiddleware:
         )
         if not decision.retry:
             stats.inc_value(f"failures/terminal/{reason}")
+            if reason in POLICIES and POLICIES[reason].retried:
+                stats.inc_value("retry/max_reached")
             logger.info(
                 "Gave up %s after %d attempts (%s: %s)",
                 request.url, decision.attempts, reason, error,
             )  # fmt: skip
             return None
-        stats.inc_value(f"failures/retried/{reason}")
+        # Scrapy's RetryMiddleware's stats names, for dashboards built on them.
+        stats.inc_value("retry/count")
+        stats.inc_value(f"retry/reason_count/{reason}")
         logger.debug(
             "Retrying %s in %.1f s (%s, attempt %d)",
             request.url, decision.delay, reason, decision.attempts,

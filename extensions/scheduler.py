@@ -352,7 +352,7 @@ class RedisScheduler(BaseScheduler):
 
     def _on_request_dead(self, letter: DeadLetter, **_: Any) -> None:
         self._dead.append(letter)
-        self.stats.inc_value(f"dlq/added/{letter.reason}")
+        self.stats.inc_value(f"dlq/{letter.reason}")
         self._wakeup.set()
 
     def _on_request_scheduled(self, request: Request, **_: Any) -> None:
@@ -584,7 +584,7 @@ class RedisScheduler(BaseScheduler):
             if letter is not None:
                 letter.error = letter.error and letter.error[:500]
                 self._dead.append(letter)
-                self.stats.inc_value("dlq/added/redirect_loop")
+                self.stats.inc_value("dlq/redirect_loop")
 
     def _prepare(
         self, batch: list[tuple[Request, str | None]], acks: list[str]

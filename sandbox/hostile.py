@@ -36,7 +36,8 @@ failures       ``/fail/links.html`` links hosts whose names do not resolve
                ``/fail/landing.html``; ``/fail/loop/a`` <-302-> ``b``;
                ``/fail/retry-later.html``: 503 with ``Retry-After:
                RETRY_LATER_SECONDS`` the first time (per server run), then
-               200; ``/fail/throttled.html``: always 429 with ``Retry-After: 1``
+               200; ``/fail/throttled.html``: always 429 with ``Retry-After: 1``;
+               ``/fail/offsite.html`` -302-> ``OFFSITE_URL`` (out of scope)
 etag           every page gets ``ETag``/``Last-Modified``; ``If-None-Match`` /
                ``If-Modified-Since`` get a 304 (see ``Site.page_response``)
 =============  =================================================================
@@ -76,6 +77,7 @@ LONG_CHAIN = 30
 RETRY_LATER_SECONDS = 5
 UNRESOLVABLE_HOSTS = ("gone-1.nxdomain.sandbox.test", "gone-2.nxdomain.sandbox.test")
 DOWN_HOST = "down.sandbox.test:1"
+OFFSITE_URL = "http://elsewhere.example/"
 RETRY_AFTER_DATE_SECONDS = 3
 SAMPLE_LATIN = "Café “naïve” résumé — 5 € à la carte"
 SAMPLE_JAPANESE = "日本語のページです。こんにちは、世界"
@@ -115,6 +117,7 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
         "/fail/loop/a",
         "/fail/retry-later.html",
         "/fail/throttled.html",
+        "/fail/offsite.html",
     ),
     "traps": (
         "/repeat/",
@@ -264,6 +267,8 @@ class Hostile:
         if path in ("/fail/loop/a", "/fail/loop/b"):
             other = "/fail/loop/b" if path.endswith("a") else "/fail/loop/a"
             return Response(302, b"", [("Location", other)])
+        if path == "/fail/offsite.html":
+            return Response(302, b"", [("Location", OFFSITE_URL)])
         if path == "/fail/landing.html":
             body = _html("Landed", f"<p>After {LONG_CHAIN} redirects.</p>")
             return Response(200, body.encode(), [("Content-Type", HTML)])

@@ -104,6 +104,10 @@ def test_every_corner_ends_in_its_documented_outcome(
         assert dead[url]["attempts"] == 2
     assert reasons[trap_url("/fail/long/1")] == "too_many_redirects"
     assert reasons[trap_url("/fail/loop/a")] == "redirect_loop"
+    # A redirect out of scope: Scrapy's OffsiteMiddleware drops it in
+    # request_scheduled; the parent's lease ends with a record (it was held
+    # for an hour and the crawl never went idle).
+    assert reasons[trap_url("/fail/offsite.html")] == "offsite_redirect"
     # Retry-After honoured attempt after attempt, until the time budget.
     throttled = dead[trap_url("/fail/throttled.html")]
     assert throttled["reason"] == "retry_after" and throttled["attempts"] >= 3
