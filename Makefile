@@ -14,7 +14,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m webcrawl.demo
+	$(PY) -m demo
 
 test: $(STAMP)
 	$(PY) -m ruff check .

@@ -16,12 +16,12 @@ import pytest
 import redis
 from scrapy.settings import Settings
 
+from demo.fleet import start_worker, stop
+from demo.localcrawl import CrawlReport, crawl_sandbox
 from extensions.embedded_redis import RedisProcess
 from extensions.keys import FrontierKeys
 from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec, crawl_delay_map
-from webcrawl.fleet import start_worker, stop
-from webcrawl.localcrawl import CrawlReport, crawl_sandbox
 
 if TYPE_CHECKING:
     from pathlib import Path

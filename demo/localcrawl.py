@@ -1,6 +1,6 @@
 """Crawl the sandbox web with a local fleet and report what happened.
 
-Shared by ``make demo`` (:mod:`webcrawl.demo`), the end-to-end tests and the
+Shared by ``make demo`` (:mod:`demo.__main__`), the end-to-end tests and the
 benchmarks: start the sandbox web, push its seeds with ``redis-cli``, run N
 ``scrapy crawl web`` workers until the crawl is done, then read the truth from
 the sandbox's own request record and from the page store.
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from demo.fleet import push_seeds, start_worker, wait_all
 from extensions.keys import crawl_patterns, invalid_start_urls, start_urls
 from sandbox.process import SandboxProcess, min_gap_ms_by_host
-from webcrawl.fleet import push_seeds, start_worker, wait_all
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
