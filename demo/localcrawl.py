@@ -75,6 +75,21 @@ def reset_crawl(redis_url: str, prefix: str = "web") -> None:
         client.close()
 
 
+def sandbox_settings(redis_url: str, home: Path) -> dict[str, object]:
+    """The settings of a worker that crawls the sandbox web until it is done."""
+    return {
+        "REDIS_URL": redis_url,
+        "WEBCRAWL_HOME": str(home),
+        "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
+        "SEED_POLL_INTERVAL": 0.5,
+        "WEB_ALLOWED_DOMAINS": "sandbox.test",
+        # A sandbox crawl is small: a 1 M-URL filter (1.8 MB) instead of the
+        # production default keeps each throw-away Redis small.
+        "BLOOM_CAPACITY": 1_000_000,
+        "LOG_LEVEL": "INFO",
+    }
+
+
 def crawl_sandbox(
     spec: SiteSpec,
     redis_url: str,
@@ -93,18 +108,7 @@ def crawl_sandbox(
     home.mkdir(parents=True, exist_ok=True)
     log_dir = home / "logs"
     reset_crawl(redis_url)
-    all_settings: dict[str, object] = {
-        "REDIS_URL": redis_url,
-        "WEBCRAWL_HOME": str(home),
-        "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
-        "SEED_POLL_INTERVAL": 0.5,
-        "WEB_ALLOWED_DOMAINS": "sandbox.test",
-        # A sandbox crawl is small: a 1 M-URL filter (1.8 MB) instead of the
-        # production default keeps each throw-away Redis small.
-        "BLOOM_CAPACITY": 1_000_000,
-        "LOG_LEVEL": "INFO",
-        **(settings or {}),
-    }
+    all_settings = {**sandbox_settings(redis_url, home), **(settings or {})}
     with SandboxProcess(spec, directory=home, max_seconds=timeout + 60) as web:
         push_seeds(redis_url, [*web.seed_urls(), *(extra_seeds or [])])
         start = time.monotonic()

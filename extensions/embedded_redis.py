@@ -19,8 +19,10 @@ Settings read: ``WEBCRAWL_HOME`` (also an environment variable).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
 import signal
@@ -29,6 +31,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from scrapy import signals
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_HOME = ".webcrawl"
 
@@ -158,6 +168,11 @@ def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:
 
     A file lock makes concurrent workers start one server, not several.
     """
+    return find_or_start(home)[0]
+
+
+def find_or_start(home: str | os.PathLike[str] | None = None) -> tuple[str, bool]:
+    """:func:`ensure_embedded`, and whether this call started the server."""
     root = webcrawl_home(str(home) if home else None) / "redis"
     root.mkdir(parents=True, exist_ok=True)
     url_file = root / "redis.url"
@@ -166,7 +181,7 @@ def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:
         if url_file.exists():
             port = int(url_file.read_text().rsplit(":", 1)[1].split("/")[0])
             if _ping(port, timeout=1.0):
-                return url_file.read_text().strip()
+                return url_file.read_text().strip(), False
         port = free_port()
         subprocess.run(
             [
@@ -194,7 +209,37 @@ def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:
         _wait_ping(port, None, timeout=10)
         url = f"redis://127.0.0.1:{port}/0"
         url_file.write_text(url + "\n")
-        return url
+        return url, True
+
+
+class StopIfNeverOpened:
+    """Stop the embedded Redis this process started if the crawl never opens.
+
+    A crawl that fails at start (a setting it refuses, a store it cannot open)
+    has put nothing in that Redis, and a daemonized server outlives the
+    process: left alone it is an orphan that no one knows to stop (a scrapyd
+    job leaves no shell behind). Once the spider has opened, the server keeps
+    running after the crawl as always, so the frontier survives restarts.
+    """
+
+    def __init__(self, crawler: Crawler, home: str | os.PathLike[str]) -> None:
+        self.home = home
+        self.opened = False
+        crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
+        # At exit, not on a signal: a crawl that fails while Scrapy builds its
+        # engine sends no signal at all (scrapy crawl then exits with 1).
+        atexit.register(self.stop_unless_opened)
+
+    def spider_opened(self) -> None:
+        self.opened = True
+
+    def stop_unless_opened(self) -> None:
+        if not self.opened and stop_embedded(self.home):
+            logger.error(
+                "The crawl failed at start: stopped the embedded Redis it had "
+                "started (%s)",
+                webcrawl_home(str(self.home)) / "redis",
+            )
 
 
 def stop_embedded(home: str | os.PathLike[str] | None = None) -> bool:

@@ -7,6 +7,7 @@ at start) and nothing else: no sandbox, demo, tests or benchmarks.
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -30,24 +31,34 @@ def source_modules() -> set[str]:
     }
 
 
-def build_egg(tmp_path: Path) -> Path:
-    deploy = shutil.which("scrapyd-deploy", path=str(Path(sys.executable).parent))
-    if deploy is None:
-        pytest.fail("scrapyd-client is not installed (requirements-dev.txt)")
-    # Build from a clean copy, so that build/ or *.egg-info left in the
-    # checkout cannot add or hide anything.
-    copy = tmp_path / "src"
+def clean_copy(dest: Path) -> Path:
+    """Copy what a fresh clone holds (plus files not yet committed, minus
+    ignored ones) to ``dest``: no build/, *.egg-info or editable install of
+    the checkout can add or hide anything."""
     files = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT, check=True, capture_output=True,
     ).stdout.decode().split("\0")  # fmt: skip
     for name in filter(None, files):
         if (ROOT / name).is_file():
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, copy / name)
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def dev_tool(name: str) -> str:
+    """A console script of the development environment (requirements-dev.txt)."""
+    found = shutil.which(name, path=str(Path(sys.executable).parent))
+    if found is None:
+        pytest.fail(f"{name} is not installed (pip install -r requirements-dev.txt)")
+    return found
+
+
+def build_egg(tmp_path: Path) -> Path:
+    copy = clean_copy(tmp_path / "src")
     egg = tmp_path / "webcrawl.egg"
     subprocess.run(
-        [deploy, "--build-egg", str(egg)],
+        [dev_tool("scrapyd-deploy"), "--build-egg", str(egg)],
         cwd=copy,
         check=True,
         capture_output=True,
@@ -68,3 +79,41 @@ def test_scrapyd_egg_holds_exactly_the_shipped_packages(tmp_path: Path) -> None:
     assert not shipped - expected, f"not ours to ship: {sorted(shipped - expected)}"
     assert {n.split("/")[0] for n in shipped} == set(SHIPPED)
     assert "settings = webcrawl.settings" in entry_points
+
+
+# Code that exists for the demo, the tests and the benchmarks.
+NOT_PRODUCTION = ("sandbox", "demo", "tests", "bench")
+
+
+def imported_packages(path: Path) -> set[str]:
+    """Top-level names ``path`` imports, lazy imports inside functions included."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_production_never_imports_test_or_demo_code() -> None:
+    offenders = {
+        module: sorted(imported_packages(ROOT / module) & set(NOT_PRODUCTION))
+        for module in source_modules()
+        if module.endswith(".py")
+    }
+    assert not {m: names for m, names in offenders.items() if names}
+
+
+def test_production_settings_name_no_sandbox_code() -> None:
+    from scrapy.settings import Settings
+
+    settings = Settings()
+    settings.setmodule("webcrawl.settings")
+    named = {
+        name: value
+        for name, value in settings.copy_to_dict().items()
+        if isinstance(value, str) and value.split(".")[0] in NOT_PRODUCTION
+    }
+    assert not named
+    assert settings["TWISTED_DNS_RESOLVER"] == "scrapy.resolver.CachingThreadedResolver"

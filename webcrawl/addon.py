@@ -9,6 +9,8 @@ a user sets at a higher priority (``-s``, scrapyd ``setting=``, a spider's
 Settings read: ``REDIS_URL`` and ``WEBCRAWL_HOME``: when no Redis is
 configured, the add-on starts (or finds) the embedded one here, before the
 crawl starts, so no component ever starts a process on the reactor thread.
+An embedded Redis this add-on started is stopped again if the crawl fails
+before the spider opens (:class:`~extensions.embedded_redis.StopIfNeverOpened`).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from extensions.embedded_redis import ensure_embedded
+from extensions.embedded_redis import StopIfNeverOpened, find_or_start
 from extensions.politeness import DOWNLOADER_MIDDLEWARES
 from webcrawl import defaults
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 SCHEDULER = "extensions.scheduler.RedisScheduler"
@@ -30,6 +33,13 @@ ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
 
 class Webcrawl:
     """Scrapy add-on (``ADDONS = {"webcrawl.addon.Webcrawl": 0}``)."""
+
+    def __init__(self, crawler: Crawler | None = None) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Webcrawl:
+        return cls(crawler)
 
     def update_settings(self, settings: BaseSettings) -> None:
         settings.set("SCHEDULER", SCHEDULER, "addon")
@@ -45,4 +55,7 @@ class Webcrawl:
                 or os.environ.get("WEBCRAWL_HOME")
                 or defaults.WEBCRAWL_HOME
             )
-            settings.set("REDIS_URL", ensure_embedded(home), "addon")
+            url, started = find_or_start(home)
+            settings.set("REDIS_URL", url, "addon")
+            if started and self.crawler is not None:
+                StopIfNeverOpened(self.crawler, home)
