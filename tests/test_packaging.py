@@ -8,6 +8,8 @@ at start) and nothing else: no sandbox, demo, tests or benchmarks.
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
@@ -117,3 +119,59 @@ def test_production_settings_name_no_sandbox_code() -> None:
     }
     assert not named
     assert settings["TWISTED_DNS_RESOLVER"] == "scrapy.resolver.CachingThreadedResolver"
+
+
+FIRST_PARTY = {*SHIPPED, *NOT_PRODUCTION}
+
+
+def requirements(name: str) -> dict[str, str]:
+    """``{normalized distribution name: specifier}`` of one requirements file,
+    without the files it includes."""
+    listed = {}
+    for raw in (ROOT / name).read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            match = re.match(r"[A-Za-z0-9._-]+", line)
+            assert match, line
+            listed[normalize(match.group())] = line[match.end() :].strip()
+    return listed
+
+
+def normalize(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+def third_party_imports(tops: tuple[str, ...]) -> dict[str, set[str]]:
+    """``{distribution: modules importing it}`` for the code under ``tops``."""
+    owners = importlib.metadata.packages_distributions()
+    found: dict[str, set[str]] = {}
+    for top in tops:
+        for path in (ROOT / top).rglob("*.py"):
+            for name in imported_packages(path):
+                if name in FIRST_PARTY or name in sys.stdlib_module_names:
+                    continue
+                for dist in owners.get(name, [name]):
+                    found.setdefault(normalize(dist), set()).add(top)
+    return found
+
+
+def test_every_directly_imported_package_is_listed() -> None:
+    runtime = requirements("requirements.txt")
+    dev = requirements("requirements-dev.txt")
+    unlisted = set(third_party_imports(SHIPPED)) - set(runtime)
+    assert not unlisted, f"imported by the crawler, not in requirements.txt: {unlisted}"
+    elsewhere = set(third_party_imports(NOT_PRODUCTION)) - set(runtime) - set(dev)
+    assert not elsewhere, f"imported, not in requirements-dev.txt: {elsewhere}"
+
+
+def test_installs_are_reproducible() -> None:
+    # Runtime: a tested range, so a new major release cannot break a deploy.
+    unbounded = {
+        n: s for n, s in requirements("requirements.txt").items() if "<" not in s
+    }
+    assert not unbounded
+    # Tools: exact versions, so a new linter release cannot fail `make test`.
+    unpinned = {
+        n: s for n, s in requirements("requirements-dev.txt").items() if "==" not in s
+    }
+    assert not unpinned
