@@ -269,7 +269,8 @@ def test_job_that_fails_at_start_is_a_failure_and_leaves_no_redis(
     scrapyd.wait_finished(job)
     assert "exitstatus=1" in scrapyd.process_outcome(job)
     redis_log = (home / "redis" / "redis.log").read_text()
-    pids = {int(p) for p in re.findall(r"\bpid=(\d+)", redis_log)}
+    # Each line starts with the pid of its process, "M" for the server itself.
+    pids = {int(p) for p in re.findall(r"(?m)^(\d+):M ", redis_log)}
     assert pids, redis_log  # the job did start the embedded Redis
     orphans = [pid for pid in pids if alive(pid)]
     for pid in orphans:  # never leave one behind, even when failing
