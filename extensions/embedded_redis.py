@@ -11,6 +11,8 @@ Two uses:
   the others through ``WEBCRAWL_HOME/redis/redis.url``, and keeps running when
   the crawl ends, so the frontier survives between runs. ``python -m
   extensions.embedded_redis stop`` (or ``make stop-redis``) stops it.
+  If the crawl of the process that started it fails before its spider opens,
+  :class:`StopIfNeverOpened` stops it again.
 * :class:`RedisProcess` runs a throw-away server on a free loopback port, for
   tests and benchmarks.
 
@@ -219,7 +221,9 @@ class StopIfNeverOpened:
     has put nothing in that Redis, and a daemonized server outlives the
     process: left alone it is an orphan that no one knows to stop (a scrapyd
     job leaves no shell behind). Once the spider has opened, the server keeps
-    running after the crawl as always, so the frontier survives restarts.
+    running after the crawl as always, so the frontier survives restarts. A
+    worker that found the server in the moments between treats its stop like
+    any Redis outage (and, started with the same settings, likely failed too).
     """
 
     def __init__(self, crawler: Crawler, home: str | os.PathLike[str]) -> None:
