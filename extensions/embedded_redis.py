@@ -37,8 +37,11 @@ from typing import TYPE_CHECKING
 
 from scrapy import signals
 
+from extensions.config import setting_or_env
+
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
@@ -159,10 +162,11 @@ class RedisProcess:
         self.stop()
 
 
-def webcrawl_home(setting: str | None = None) -> Path:
+def webcrawl_home(settings: BaseSettings | None = None) -> Path:
     """The directory of embedded state: the ``WEBCRAWL_HOME`` setting, else the
-    environment variable of that name, else ``.webcrawl``."""
-    return Path(setting or os.environ.get("WEBCRAWL_HOME") or DEFAULT_HOME)
+    environment variable of that name, else ``.webcrawl`` (the one place this
+    precedence is written)."""
+    return Path(setting_or_env(settings, "WEBCRAWL_HOME") or DEFAULT_HOME)
 
 
 def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:
@@ -175,7 +179,7 @@ def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:
 
 def find_or_start(home: str | os.PathLike[str] | None = None) -> tuple[str, bool]:
     """:func:`ensure_embedded`, and whether this call started the server."""
-    root = webcrawl_home(str(home) if home else None) / "redis"
+    root = (Path(home) if home else webcrawl_home()) / "redis"
     root.mkdir(parents=True, exist_ok=True)
     url_file = root / "redis.url"
     with open(root / "start.lock", "w") as lock:
@@ -242,13 +246,13 @@ class StopIfNeverOpened:
             logger.error(
                 "The crawl failed at start: stopped the embedded Redis it had "
                 "started (%s)",
-                webcrawl_home(str(self.home)) / "redis",
+                Path(self.home) / "redis",
             )
 
 
 def stop_embedded(home: str | os.PathLike[str] | None = None) -> bool:
     """Stop this machine's embedded Redis; return whether one was running."""
-    root = webcrawl_home(str(home) if home else None) / "redis"
+    root = (Path(home) if home else webcrawl_home()) / "redis"
     pid_file = root / "redis.pid"
     if not pid_file.exists():
         return False

@@ -77,6 +77,7 @@ def test_scrapyd_egg_holds_exactly_the_shipped_packages(tmp_path: Path) -> None:
     shipped = {n for n in names if not n.startswith("EGG-INFO/")}
     expected = source_modules()
     assert "pipelines/stores/sqlite.py" in expected  # the module issue 17 lost
+    assert "webcrawl/commands/crawl.py" in expected  # COMMANDS_MODULE: scrapyd runs it
     assert not expected - shipped, f"missing from the egg: {sorted(expected - shipped)}"
     assert not shipped - expected, f"not ours to ship: {sorted(shipped - expected)}"
     assert {n.split("/")[0] for n in shipped} == set(SHIPPED)
@@ -88,9 +89,25 @@ NOT_PRODUCTION = ("sandbox", "demo", "tests", "bench")
 
 
 def imported_packages(path: Path) -> set[str]:
-    """Top-level names ``path`` imports, lazy imports inside functions included."""
+    """Top-level names ``path`` imports, lazy imports inside functions included,
+    optional ones (``try: import x`` / ``except ImportError``) left out."""
+    tree = ast.parse(path.read_text(), str(path))
+    optional = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Try)
+        and any(
+            isinstance(h.type, ast.Name)
+            and h.type.id in ("ImportError", "ModuleNotFoundError")
+            for h in node.handlers
+        )
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
+        if id(node) in optional:
+            continue
         if isinstance(node, ast.Import):
             names |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:

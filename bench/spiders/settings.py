@@ -10,8 +10,8 @@ needs to crawl the sandbox web at all.
 Settings read: none.
 """
 
+from extensions.defaults import WEBCRAWL_USER_AGENT
 from sandbox.resolver import SANDBOX_RESOLVER
-from webcrawl.defaults import WEBCRAWL_USER_AGENT
 
 BOT_NAME = "bench"
 SPIDER_MODULES: list[str] = []
