@@ -22,14 +22,16 @@ import sysconfig
 import time
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis
 from scrapy.settings import Settings
 
 from demo.fleet import push_seeds
 from demo.localcrawl import sandbox_settings
-from extensions.embedded_redis import free_port
+from extensions.embedded_redis import RedisProcess, free_port
 from pipelines.stores import store_from_settings
 from sandbox.process import SandboxProcess
 from sandbox.resolver import SANDBOX_RESOLVER
@@ -38,11 +40,11 @@ from tests.test_packaging import clean_copy, dev_tool
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 pytestmark = pytest.mark.slow
 
 SHIPPED = ("webcrawl", "extensions", "pipelines")
+SECRET = "s3cret-in-a-file"
 
 
 class Scrapyd:
@@ -55,6 +57,9 @@ class Scrapyd:
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = root / "scrapyd.log"
+        # Where the jobs read REDIS_URL from when no setting= gives it (an
+        # empty file: none, the embedded Redis).
+        self.redis_url_file = Path(env["REDIS_URL_FILE"])
 
     @property
     def url(self) -> str:
@@ -179,10 +184,14 @@ def scrapyd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrapyd]:
     env = {
         name: value
         for name, value in os.environ.items()
-        if name not in ("PYTHONPATH", "REDIS_URL", "MONGO_URI", "WEBCRAWL_HOME")
-        and not name.startswith("SCRAPY")
+        if name not in ("PYTHONPATH", "WEBCRAWL_HOME")
+        and not name.startswith(("SCRAPY", "REDIS_URL", "MONGO_URI"))
     }
+    secrets = root / "secrets"
+    secrets.mkdir()
+    (secrets / "redis_url").write_text("")
     env.update(
+        REDIS_URL_FILE=str(secrets / "redis_url"),
         PYTHONPATH=str(fixtures),
         HOME=str(root),  # no ~/.scrapyd.conf of the machine's user
         PATH=os.pathsep.join([str(python.parent), env.get("PATH", "")]),
@@ -220,15 +229,16 @@ def deploy(server: Scrapyd, project: Path) -> None:
     assert server.get("listspiders.json", project="webcrawl")["spiders"] == ["web"]
 
 
-def test_deployed_egg_crawls_the_sandbox(
-    scrapyd: Scrapyd, redis_url: str, tmp_path: Path
-) -> None:
+def crawl(
+    scrapyd: Scrapyd, redis_url: str, tmp_path: Path, settings: dict[str, object]
+) -> str:
+    """Crawl a small sandbox web through one scrapyd job; return the job's log
+    once every reachable page is checked to be in the store."""
     spec = SiteSpec(seed=5, hosts=4, pages_per_host=6)
-    home = tmp_path / "home"
     settings = {
-        **sandbox_settings(redis_url, home),
         "TWISTED_DNS_RESOLVER": SANDBOX_RESOLVER,
         "DOWNLOAD_DELAY": 0.05,
+        **settings,
     }
     with SandboxProcess(spec, directory=tmp_path, max_seconds=400) as web:
         push_seeds(redis_url, web.seed_urls())
@@ -238,7 +248,7 @@ def test_deployed_egg_crawls_the_sandbox(
     log = scrapyd.job_log(job)
     assert "Process finished" in scrapyd.process_outcome(job), log[-3000:]
     assert not re.search(r"\] (ERROR|CRITICAL):|Traceback", log), log[-3000:]
-    store = store_from_settings(Settings({"WEBCRAWL_HOME": str(home)}))
+    store = store_from_settings(Settings({"WEBCRAWL_HOME": settings["WEBCRAWL_HOME"]}))
     store.open()
     try:
         pages = {url: store.get_page(url) for url in expected}
@@ -246,6 +256,31 @@ def test_deployed_egg_crawls_the_sandbox(
         store.close()
     assert expected and all(p is not None for p in pages.values())
     assert all(p.metadata["status"] == 200 for p in pages.values() if p)
+    return log
+
+
+def test_deployed_egg_crawls_the_sandbox(
+    scrapyd: Scrapyd, redis_url: str, tmp_path: Path
+) -> None:
+    scrapyd.redis_url_file.write_text("")
+    crawl(scrapyd, redis_url, tmp_path, sandbox_settings(redis_url, tmp_path / "home"))
+
+
+def test_redis_password_from_a_file_stays_out_of_the_logs(
+    scrapyd: Scrapyd, tmp_path: Path
+) -> None:
+    """The README's way to keep the password out of scrapyd's log and ``ps``:
+    scrapyd started with ``REDIS_URL_FILE``, no ``setting=REDIS_URL``."""
+    with RedisProcess(tmp_path / "redis", appendonly=False) as server:
+        redis.Redis.from_url(server.url).config_set("requirepass", SECRET)
+        # "default:": redis-cli 6.2 sends an empty user name as one.
+        url = f"redis://default:{SECRET}@127.0.0.1:{server.port}/0"
+        scrapyd.redis_url_file.write_text(url + "\n")
+        settings = sandbox_settings(url, tmp_path / "home")
+        del settings["REDIS_URL"]
+        log = crawl(scrapyd, url, tmp_path, settings)
+    assert SECRET not in log
+    assert SECRET not in scrapyd.log_path.read_text()
 
 
 def alive(pid: int) -> bool:
@@ -262,6 +297,7 @@ def test_job_that_fails_at_start_is_a_failure_and_leaves_no_redis(
 ) -> None:
     # No REDIS_URL: the job starts the embedded Redis, then cannot open its
     # store (its directory is a file) and the crawl fails before it opens.
+    scrapyd.redis_url_file.write_text("")
     home = tmp_path / "home"
     (tmp_path / "not-a-dir").write_text("")
     bad_store = tmp_path / "not-a-dir" / "pages.sqlite3"
