@@ -6,7 +6,10 @@ the requirements but not the project (the test proves it cannot import
 the egg that ``scrapyd-deploy local`` built from a clean copy of the project.
 Jobs are scheduled through ``schedule.json`` with ``setting=`` overrides,
 watched through ``listjobs.json`` and judged on the page store, the job's log
-and scrapyd's own record of the process's exit.
+and scrapyd's own record of the process's exit: one job gets its Redis URL
+with ``setting=``, one from ``REDIS_URL_FILE`` in scrapyd's environment (its
+password must show in no log), one fails at start (exit 1, and the embedded
+Redis it started is gone).
 """
 
 from __future__ import annotations
@@ -36,14 +39,13 @@ from pipelines.stores import store_from_settings
 from sandbox.process import SandboxProcess
 from sandbox.resolver import SANDBOX_RESOLVER
 from sandbox.site import SiteSpec
-from tests.test_packaging import clean_copy, dev_tool
+from tests.test_packaging import SHIPPED, clean_copy, dev_tool
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 pytestmark = pytest.mark.slow
 
-SHIPPED = ("webcrawl", "extensions", "pipelines")
 SECRET = "s3cret-in-a-file"
 
 
