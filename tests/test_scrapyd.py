@@ -317,3 +317,15 @@ def test_job_that_fails_at_start_is_a_failure_and_leaves_no_redis(
     log = scrapyd.job_log(job)
     assert str(bad_store) in log
     assert "The crawl failed at start: stopped the embedded Redis" in log
+
+
+def test_job_whose_redis_refuses_is_a_failure(scrapyd: Scrapyd, tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    job = scrapyd.schedule(
+        {"REDIS_URL": f"redis://127.0.0.1:{port}/0", "WEBCRAWL_HOME": tmp_path}
+    )
+    scrapyd.wait_finished(job, timeout=120)
+    assert "exitstatus=1" in scrapyd.process_outcome(job)
+    log = scrapyd.job_log(job)
+    # One line at ERROR level or above says which Redis could not be reached.
+    assert re.search(rf"\] (ERROR|CRITICAL): .*127\.0\.0\.1:{port}", log), log[-3000:]
