@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio as aredis
 from scrapy import Request
 
+from demo.fleet import ROOT, worker_env
 from extensions.dlq import DeadLetters, dead_letter
 from extensions.failures import FAILURE_META
 from extensions.frontier import Frontier
 from extensions.serialization import request_from_bytes
-from webcrawl.fleet import ROOT, worker_env
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -20,13 +20,13 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
+from demo.fleet import start_worker, stop
+from demo.localcrawl import crawl_sandbox, sandbox_settings
 from extensions.dlq import DeadLetters
 from extensions.keys import FrontierKeys
 from sandbox.hostile import DOWN_HOST, LONG_CHAIN, RETRY_LATER_SECONDS
 from sandbox.site import SiteSpec
 from tests.test_crawl_e2e import stored_urls
-from webcrawl.fleet import start_worker, stop
-from webcrawl.localcrawl import crawl_sandbox
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -160,19 +160,11 @@ def test_retries_survive_sigkill_and_happen_at_their_due_time(
             pytest.fail("the retry never reached the delayed set")
         for proc in procs:
             stop(proc, signal.SIGKILL)
-        settings = {**report_settings, "WEBCRAWL_HOME": str(tmp_path)}
+        settings = {**sandbox_settings(redis_url, tmp_path), **SETTINGS}
         for n, _ in enumerate(procs):
             procs[n] = start_worker(settings, tmp_path / "logs" / f"again-{n}.log")
             restarted.append(procs[n])
 
-    report_settings = {
-        "REDIS_URL": redis_url,
-        "SEED_POLL_INTERVAL": 0.5,
-        "WEB_ALLOWED_DOMAINS": "sandbox.test",
-        "ALLOW_PRIVATE_ADDRESSES": True,
-        "BLOOM_CAPACITY": 1_000_000,
-        **SETTINGS,
-    }
     try:
         report = crawl_sandbox(
             spec,
