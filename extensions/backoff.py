@@ -31,7 +31,13 @@ from twisted.internet import error as twisted_error
 
 from extensions import config, defaults, keys
 from extensions.connection import async_client, retry_redis
-from extensions.hosts import ROBOTS_FETCH_META, HostUnresolvable, host_key, script
+from extensions.hosts import (
+    ROBOTS_FETCH_META,
+    HostDown,
+    HostUnresolvable,
+    host_key,
+    script,
+)
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -323,7 +329,7 @@ class BackoffMiddleware:
 
     async def process_exception(self, request: Request, exception: Exception) -> None:
         if not isinstance(exception, CONNECTION_FAILURES) or isinstance(
-            exception, HostUnresolvable
+            exception, (HostUnresolvable, HostDown)
         ):
             return
         stats = self.crawler.stats

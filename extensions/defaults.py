@@ -71,6 +71,8 @@ ROBOTS_FETCH_TIMEOUT: Annotated[float, Range(above=0)] = 30.0
 ROBOTS_RETRY_INITIAL: Annotated[float, Range(above=0)] = 60.0
 # Cap of the wait before an unreachable robots.txt is fetched again.
 ROBOTS_RETRY_MAX: Annotated[float, Range(above=0)] = 3600.0
+# robots.txt fetches in a row without a connection after which a host is down (its pages then fail; 0: never).
+ROBOTS_DOWN_AFTER: Annotated[int, Range(0)] = 4
 # Cap in seconds of the robots.txt Crawl-delay / Request-rate honoured.
 ROBOTS_CRAWL_DELAY_MAX: Annotated[float, Range(0)] = 60.0
 # Push the Sitemap: URLs of each robots.txt onto the seed list (once per TTL).

@@ -38,7 +38,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from scrapy.exceptions import CannotResolveHostError
+from scrapy.exceptions import CannotResolveHostError, DownloadConnectionRefusedError
 from scrapy.http import Request
 
 if TYPE_CHECKING:
@@ -60,6 +60,13 @@ class HostUnresolvable(CannotResolveHostError):
     resolve when its robots.txt was fetched (the robots middleware raises
     it; the failure policy retries it like any DNS failure, and the circuit
     breaker does not count it: the robots.txt fetch was counted)."""
+
+
+class HostDown(DownloadConnectionRefusedError):
+    """A page request failed without a connection: its host's robots.txt got
+    no connection ``ROBOTS_DOWN_AFTER`` times in a row (the robots
+    middleware raises it; the failure policy treats it as a connection
+    failure, and the circuit breaker does not count it again)."""
 
 
 # Values of POLITENESS_KEY.

@@ -5,8 +5,9 @@ middleware is on: it replaces Scrapy's), ``ROBOTSTXT_PARSER``,
 ``ROBOTSTXT_USER_AGENT``, ``USER_AGENT``, ``DOWNLOAD_DELAY``, ``ROBOTS_TTL``,
 ``ROBOTS_MAX_SIZE``, ``ROBOTS_MAX_REDIRECTS``, ``ROBOTS_FETCH_TIMEOUT``,
 ``ROBOTS_RETRY_INITIAL``, ``ROBOTS_RETRY_MAX``, ``ROBOTS_CRAWL_DELAY_MAX``,
-``ROBOTS_SITEMAP_SEEDS``, ``SCHEDULER``, ``POLITENESS_MAX_DEFERRALS`` (only
-without the Redis frontier, see below), and through
+``ROBOTS_SITEMAP_SEEDS``, ``ROBOTS_DOWN_AFTER``, ``SCHEDULER``,
+``POLITENESS_MAX_DEFERRALS`` (only without the Redis frontier, see below), and
+through
 :mod:`extensions.connection` ``REDIS_URL``.
 
 While a host's robots.txt is unreachable (5xx, 429, no connection) its
@@ -15,7 +16,10 @@ disallow while unreachable): the host is parked until the next robots.txt
 try, and each request goes back to Redis, never away. One exception: a host
 whose name does not resolve fails its page requests with the DNS error, so
 the failure policy gives them up after its couple of attempts
-(:mod:`extensions.failures`), not after hours of robots.txt retries.
+(:mod:`extensions.failures`), not after hours of robots.txt retries; and so
+does a host whose robots.txt got no connection ``ROBOTS_DOWN_AFTER`` times in
+a row (the server is down): its pages fail with the connection error, and
+the failure policy gives them up after its attempts, a bounded total.
 Without the Redis frontier (Scrapy's memory scheduler has no parked hosts:
 a deferred request would come straight back), a request is dropped after
 ``POLITENESS_MAX_DEFERRALS`` deferrals, as before.
@@ -46,6 +50,7 @@ from extensions.connection import async_client, retry_redis
 from extensions.failures import DNS_ERRORS
 from extensions.hosts import (
     ROBOTS_FETCH_META,
+    HostDown,
     HostUnresolvable,
     deferred_copy,
     host_key,
@@ -125,6 +130,7 @@ class RobotsEntry:
     parser: RobotParser | None
     expires: float
     retry_in: float = 0.0  # seconds until an unreachable robots.txt is retried
+    failures: int = 0  # consecutive failed fetches (fleet-wide, from the cache)
 
     @property
     def verdict(self) -> str:
@@ -216,6 +222,7 @@ class SharedRobotsTxtMiddleware:
         # class with the scheduler's methods a subclass.)
         self.parks = RedisScheduler in load_object(s["SCHEDULER"]).__mro__
         self.max_deferrals = s.getint("POLITENESS_MAX_DEFERRALS")
+        self.down_after = s.getint("ROBOTS_DOWN_AFTER")
         self._parserimpl = load_object(s.get("ROBOTSTXT_PARSER"))
         self._entries: dict[str, RobotsEntry] = {}
         self._pending: dict[str, asyncio.Future[RobotsEntry]] = {}
@@ -254,6 +261,12 @@ class SharedRobotsTxtMiddleware:
         if verdict == "allow" or (entry.parser is None and verdict == "parse"):
             return None
         if verdict == "disallow":
+            if self._down(entry.status, entry.failures):
+                stats.inc_value("robotstxt/host_down")
+                raise HostDown(
+                    f"{host_key(request)} is down: {entry.failures} robots.txt "
+                    "fetches in a row got no connection"
+                )
             if entry.status == UNRESOLVABLE:
                 stats.inc_value("robotstxt/unresolvable")
                 raise HostUnresolvable(
@@ -312,19 +325,22 @@ class SharedRobotsTxtMiddleware:
             int(raw[b"status"]),
             body,
             (expires_ms - now_ms) / 1000,
+            int(raw.get(b"failures", b"0") or 0),
         )
 
     async def _now_ms(self) -> int:
         sec, usec = await self.client.time()
         return int(sec) * 1000 + int(usec) // 1000
 
-    def _entry(self, status: int, body: bytes, ttl: float) -> RobotsEntry:
+    def _entry(
+        self, status: int, body: bytes, ttl: float, failures: int = 0
+    ) -> RobotsEntry:
         parser = None
         if classify(status) == "parse":
             parser = build_from_crawler(
                 self._parserimpl, self.crawler, body[: self.max_size]
             )
-        return RobotsEntry(status, parser, time.monotonic() + ttl, ttl)
+        return RobotsEntry(status, parser, time.monotonic() + ttl, ttl, failures)
 
     async def _load(self, hostkey: str) -> RobotsEntry:
         stats = self.crawler.stats
@@ -427,16 +443,22 @@ class SharedRobotsTxtMiddleware:
                 "retry in %.0f s",
                 hostkey, status or "unreachable", int(failures), ttl,
             )  # fmt: skip
-            if status != UNRESOLVABLE:
-                # Not for a name that does not resolve: its requests must
-                # reach the failure policy (which gives them up after two
-                # DNS attempts), not wait behind a doubling park one by one.
+            if status != UNRESOLVABLE and not self._down(status, int(failures)):
+                # Not for a name that does not resolve, nor a host that is
+                # down: their requests must reach the failure policy (which
+                # gives them up after its attempts), not wait behind a
+                # doubling park one by one.
                 await park_host(
                     self.client,
                     keys.FrontierKeys(self.prefix).host(hostkey),
                     int(ttl_ms),
                 )
-        return self._entry(status, body, ttl)
+        return self._entry(status, body, ttl, int(failures))
+
+    def _down(self, status: int, failures: int) -> bool:
+        """A host whose robots.txt fetch failed without a connection
+        ``ROBOTS_DOWN_AFTER`` times in a row is down."""
+        return status == UNREACHABLE and 0 < self.down_after <= failures
 
     def _on_bytes(self, data: bytes, request: Request, **_: Any) -> None:
         """Stop a robots.txt download once ``ROBOTS_MAX_SIZE`` bytes arrived;

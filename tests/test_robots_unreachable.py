@@ -16,8 +16,8 @@ from scrapy.statscollectors import MemoryStatsCollector
 
 from extensions import keys
 from extensions.backoff import BackoffMiddleware
-from extensions.hosts import ROBOTS_FETCH_META
-from extensions.robots import UNRESOLVABLE, SharedRobotsTxtMiddleware
+from extensions.hosts import ROBOTS_FETCH_META, HostDown
+from extensions.robots import UNREACHABLE, UNRESOLVABLE, SharedRobotsTxtMiddleware
 from tests.utils import get_crawler
 
 if TYPE_CHECKING:
@@ -34,11 +34,16 @@ def _crawler(redis_url: str, **settings: Any) -> Any:
     return crawler
 
 
-def _cache_robots(client: redis.Redis, status: int) -> None:
+def _cache_robots(client: redis.Redis, status: int, failures: int = 1) -> None:
     sec, _ = client.time()
     client.hset(
         keys.robots("web", HOST),
-        mapping={"status": status, "body": "", "expires": (int(sec) + 600) * 1000},
+        mapping={
+            "status": status,
+            "body": "",
+            "expires": (int(sec) + 600) * 1000,
+            "failures": failures,
+        },
     )
 
 
@@ -96,3 +101,30 @@ def test_a_503_on_robots_txt_does_not_raise_the_page_backoff(
         await mw.backoff.client.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(("failures", "down"), [(1, False), (2, True)])
+def test_a_host_without_connection_is_down_after_robots_down_after(
+    redis_url: str, redis_client: redis.Redis, failures: int, down: bool
+) -> None:
+    """Its pages then fail with the connection error (a bounded total by the
+    failure table) instead of waiting for ever behind its robots.txt."""
+    _cache_robots(redis_client, UNREACHABLE, failures)
+    crawler = _crawler(
+        redis_url,
+        SCHEDULER="extensions.scheduler.RedisScheduler",
+        ROBOTS_DOWN_AFTER=2,
+    )
+    mw = SharedRobotsTxtMiddleware.from_crawler(crawler)
+
+    async def main() -> Any:
+        try:
+            return await mw.process_request(Request("http://a.test/page"))
+        finally:
+            await mw.client.aclose()
+
+    if down:
+        with pytest.raises(HostDown):
+            asyncio.run(main())
+    else:
+        assert isinstance(asyncio.run(main()), Request)
