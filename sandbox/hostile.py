@@ -34,6 +34,7 @@ failures       ``/fail/links.html`` links hosts whose names do not resolve
                a host that is down (``down.sandbox.test`` on port 1: refused);
                ``/fail/long/1`` -302-> ``2`` ... ``LONG_CHAIN`` (30) hops ->
                ``/fail/landing.html``; ``/fail/loop/a`` <-302-> ``b``;
+               ``/fail/refresh/a`` <-meta refresh-> ``b``;
                ``/fail/retry-later.html``: 503 with ``Retry-After:
                RETRY_LATER_SECONDS`` the first time (per server run), then
                200; ``/fail/throttled.html``: always 429 with ``Retry-After: 1``;
@@ -115,6 +116,7 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
         "/fail/links.html",
         "/fail/long/1",
         "/fail/loop/a",
+        "/fail/refresh/a",
         "/fail/retry-later.html",
         "/fail/throttled.html",
         "/fail/offsite.html",
@@ -267,6 +269,11 @@ class Hostile:
         if path in ("/fail/loop/a", "/fail/loop/b"):
             other = "/fail/loop/b" if path.endswith("a") else "/fail/loop/a"
             return Response(302, b"", [("Location", other)])
+        if path in ("/fail/refresh/a", "/fail/refresh/b"):
+            other = "/fail/refresh/b" if path.endswith("a") else "/fail/refresh/a"
+            head = f'<meta http-equiv="refresh" content="0; url={other}">'
+            body = f"<!DOCTYPE html><html><head>{head}</head><body></body></html>"
+            return Response(200, body.encode(), [("Content-Type", HTML)])
         if path == "/fail/offsite.html":
             return Response(302, b"", [("Location", OFFSITE_URL)])
         if path == "/fail/landing.html":

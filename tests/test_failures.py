@@ -11,6 +11,7 @@ import pytest
 from scrapy import Spider
 from scrapy.exceptions import (
     CannotResolveHostError,
+    DownloadCancelledError,
     DownloadConnectionRefusedError,
     DownloadTimeoutError,
     IgnoreRequest,
@@ -19,6 +20,7 @@ from scrapy.exceptions import (
 from scrapy.http import HtmlResponse, Request, Response
 from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
+from scrapy.utils._compression import _DecompressionMaxSizeExceeded
 
 from extensions import defaults
 from extensions.failures import (
@@ -148,6 +150,18 @@ def test_final_failure_is_marked_for_the_errback() -> None:
     record = request.meta[FAILURE_META]
     assert record["terminal"] and record["reason"] == "dns" and record["attempts"] == 2
     assert record["first"] == 1.0
+
+
+def test_size_limits_are_terminal_too_large() -> None:
+    assert classify_exception(DownloadCancelledError("over maxsize")) == "too_large"
+    try:
+        try:
+            raise _DecompressionMaxSizeExceeded(2**31, 2**24)
+        except _DecompressionMaxSizeExceeded as cause:
+            raise IgnoreRequest("decompressed too much") from cause
+    except IgnoreRequest as exc:
+        assert classify_exception(exc) == "too_large"
+    assert not POLICIES["too_large"].retried
 
 
 def test_filters_are_not_failures_and_refusals_name_their_reason() -> None:

@@ -110,6 +110,7 @@ def test_every_corner_ends_in_its_documented_outcome(
         assert dead[url]["attempts"] == 2
     assert reasons[trap_url("/fail/long/1")] == "too_many_redirects"
     assert reasons[trap_url("/fail/loop/a")] == "redirect_loop"
+    assert reasons[trap_url("/fail/refresh/a")] == "redirect_loop"
     # A redirect out of scope: Scrapy's OffsiteMiddleware drops it in
     # request_scheduled; the parent's lease ends with a record (it was held
     # for an hour and the crawl never went idle).
@@ -127,6 +128,8 @@ def test_every_corner_ends_in_its_documented_outcome(
     assert len(later) == 2 and later[1] - later[0] >= RETRY_LATER_SECONDS * 1000
     pages = stored_urls(tmp_path)
     assert pages[trap_url("/fail/retry-later.html")].metadata["status"] == 200
+    # A dead letter's page stays on record in the store too.
+    assert all(pages[url].metadata["status"] == 0 for url in gone)
 
     # The host that is down: its robots.txt is unreachable, so its requests
     # wait in Redis for the next run (RFC 9309), never dropped.
