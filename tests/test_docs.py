@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from extensions import keys
-from webcrawl import defaults
-from webcrawl.docs import readme_with_table, settings_rows
+from webcrawl.docs import DEFAULTS_MODULES, readme_with_table, settings_rows
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -17,7 +16,7 @@ def test_readme_settings_table_is_current() -> None:
 
 
 def test_every_setting_is_documented() -> None:
-    names = {name for name in vars(defaults) if name.isupper()}
+    names = {name for m in DEFAULTS_MODULES for name in vars(m) if name.isupper()}
     rows = settings_rows()
     assert {r[1] for r in rows} == names
     assert all(r[3] for r in rows), [r[1] for r in rows if not r[3]]
@@ -33,5 +32,7 @@ def test_readme_names_every_key_family() -> None:
         keys.bloom_meta("web"),
         keys.simhash_pages("web"),
         keys.content_hashes("web"),
+        keys.FrontierKeys("web").paused,
+        keys.StatsKeys("web").fleet,
     ]:
         assert f"`{example}`" in text, example

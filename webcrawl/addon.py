@@ -1,7 +1,8 @@
 """The webcrawl add-on: one entry in ``ADDONS`` switches the whole system on.
 
 It sets the Redis scheduler, the Bloom dupefilter, the robots, back-off and
-per-host lock downloader middlewares and the batching storage pipeline, and
+per-host lock downloader middlewares, the batching storage pipeline and the
+fleet statistics extension, and
 turns off what they replace (Scrapy's per-process robots middleware). Values
 a user sets at a higher priority (``-s``, scrapyd ``setting=``, a spider's
 ``custom_settings``) still win.
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 SCHEDULER = "extensions.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
 ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
+EXTENSIONS = {"extensions.fleetstats.FleetStats": 500}
 
 
 class Webcrawl:
@@ -39,6 +41,7 @@ class Webcrawl:
         settings.set("ROBOTSTXT_OBEY", False, "addon")
         settings["DOWNLOADER_MIDDLEWARES"].update(DOWNLOADER_MIDDLEWARES)
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
+        settings["EXTENSIONS"].update(EXTENSIONS)
         if not settings.get("REDIS_URL") and not os.environ.get("REDIS_URL"):
             home = (
                 settings.get("WEBCRAWL_HOME")

@@ -1,4 +1,6 @@
-"""Generate the README's settings table from :mod:`webcrawl.defaults`.
+"""Generate the README's settings table from the defaults modules.
+
+:mod:`webcrawl.defaults` and :mod:`extensions.defaults`, in that order.
 
 ``python -m webcrawl.docs`` prints the table, ``python -m webcrawl.docs
 --write README.md`` puts it between the README's markers; a test checks that
@@ -11,14 +13,25 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
+from typing import Any
 
+from extensions import defaults as extensions_defaults
 from webcrawl import defaults
+
+DEFAULTS_MODULES = (defaults, extensions_defaults)
 
 SECTION_PREFIX = "# ---"
 
 
 def settings_rows() -> list[tuple[str, str, str, str]]:
     """(section, name, default, description) for every setting, in file order."""
+    rows = []
+    for module in DEFAULTS_MODULES:
+        rows += _module_rows(module)
+    return rows
+
+
+def _module_rows(defaults: Any) -> list[tuple[str, str, str, str]]:
     source = Path(defaults.__file__).read_text().splitlines()
     rows = []
     section = ""

@@ -11,6 +11,7 @@ from webcrawl.defaults import WEBCRAWL_USER_AGENT
 BOT_NAME = "webcrawl"
 SPIDER_MODULES = ["webcrawl.spiders"]
 NEWSPIDER_MODULE = "webcrawl.spiders"
+COMMANDS_MODULE = "webcrawl.commands"
 
 ADDONS = {"webcrawl.addon.Webcrawl": 0}
 

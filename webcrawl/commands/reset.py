@@ -1,0 +1,54 @@
+"""``scrapy reset --yes``: delete every Redis key of a crawl."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from webcrawl.operate import DEFAULT_CRAWL, reset
+
+if TYPE_CHECKING:
+    import argparse
+
+
+class Command(ScrapyCommand):
+    requires_project = True
+    requires_crawler_process = False
+    default_settings = {"LOG_LEVEL": "WARNING"}
+
+    def syntax(self) -> str:
+        return "--yes"
+
+    def short_desc(self) -> str:
+        return "Delete a crawl's Redis keys (frontier, seeds, Bloom, robots, stats)"
+
+    def long_desc(self) -> str:
+        return (
+            "Delete every Redis key of the crawl (found with SCAN). Without --yes "
+            "it deletes nothing: it says what it would delete, by kind, and exits "
+            "with status 1. The page store is left alone."
+        )
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--yes", action="store_true", help="really delete")
+        parser.add_argument(
+            "--crawl", default=DEFAULT_CRAWL, help="crawl (spider) name"
+        )
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if args:
+            raise UsageError("reset takes no arguments")
+        assert self.settings is not None
+        kinds = asyncio.run(reset(self.settings, opts.yes, opts.crawl))
+        total = sum(kinds.values())
+        verb = "Deleted" if opts.yes else "Would delete"
+        print(f"{verb} {total} keys of crawl {opts.crawl!r}")
+        for kind, n in kinds.items():
+            print(f"  {n:>10}  {kind}")
+        if not opts.yes:
+            print("Nothing deleted: run `scrapy reset --yes` to delete them")
+            self.exitcode = 1
