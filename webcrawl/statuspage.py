@@ -2,7 +2,8 @@
 
 One self-contained HTML page (inline CSS and JS, no external assets) that
 polls ``/status.json`` (the object ``scrapy status --json`` prints) and draws
-the fleet's pages/s over time as an inline SVG line. The server is the
+the fleet's pages/s (its 1-minute rate at each poll) over time as an inline
+SVG line. The server is the
 standard library's threading HTTP server: each poll reads Redis afresh.
 """
 
@@ -57,7 +58,7 @@ every <span id="every">-</span> s</div>
 </div>
 <div id="seeds" style="color:#b00"></div>
 <svg id="chart" width="980" height="200" viewBox="0 0 980 200">
-<text x="8" y="16" font-size="12" fill="#666">pages/s (fleet), last
+<text x="8" y="16" font-size="12" fill="#666">pages/s (fleet, 1-minute rate), last
 <tspan id="span">0</tspan> s; max <tspan id="ymax">0</tspan></text>
 <polyline id="line" fill="none" stroke="#2a6fdb" stroke-width="2" points=""/>
 </svg>
@@ -124,14 +125,12 @@ function show(s) {
     cell(row, t.host);
     top.appendChild(row);
   }
-  // pages/s between two polls, on Redis's clock (time_ms)
-  const pages = s.totals.pages || 0;
-  if (last && s.time_ms > last[0]) {
-    const rate = (pages - last[1]) * 1000 / (s.time_ms - last[0]);
-    points.push([s.time_ms, Math.max(0, rate)]);
-    if (points.length > 300) points.shift();
+  // the fleet's 1-minute rate at each poll, on Redis's clock (time_ms)
+  if (!last || s.time_ms > last) {
+    points.push([s.time_ms, r["1m"] || 0]);
+    if (points.length > 600) points.shift();
   }
-  last = [s.time_ms, pages];
+  last = s.time_ms;
   draw();
   $("updated").textContent =
     new Date(s.time_ms).toISOString().substring(11, 19) + " UTC";
