@@ -17,7 +17,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import redis
 
 from extensions.embedded_redis import find_redis_binary, stop_embedded
 from extensions.keys import FrontierKeys, StatsKeys, start_urls
@@ -29,6 +28,8 @@ from webcrawl.localcrawl import reset_crawl
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
+
+    import redis
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +48,7 @@ def scrapy(
         cmd += ["-s", f"{name}={value}"]
     return subprocess.run(
         cmd,
+        check=False,
         cwd=ROOT,
         env=worker_env(env),
         input=stdin,
@@ -159,6 +161,7 @@ def test_redis_url_starts_the_embedded_redis(tmp_path: Path) -> None:
         # The README's next step, verbatim: redis-cli -u "$(scrapy redis_url)"
         ping = subprocess.run(
             [find_redis_binary("redis-cli"), "-u", url, "ping"],
+            check=False,
             capture_output=True,
             text=True,
             timeout=10,
@@ -264,6 +267,7 @@ def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         pytest.skip("chromium is not installed (make test installs it)")
     return subprocess.run(
         [binary, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium'}", *args],
+        check=False,
         capture_output=True,
         text=True,
         timeout=60,
