@@ -1,8 +1,10 @@
 """Fleet-wide statistics in Redis: every worker folds its counters in, cheaply.
 
 Settings read (defaults in :mod:`extensions.defaults`): ``STATS_FOLD_INTERVAL``,
-``STATS_LOG_FLEET``, and Scrapy's ``LOGSTATS_INTERVAL`` (how often the fleet
-line is logged).
+``STATS_LOG_FLEET``, ``FRONTIER_LEASE_TIMEOUT`` (a worker silent that long
+is dead; its record lives as long) and Scrapy's ``LOGSTATS_INTERVAL`` (how
+often the fleet line is logged). A metrics exporter that serves this worker's
+metrics sets the stat ``metrics/port``; the beat then carries it.
 
 Each worker, every ``STATS_FOLD_INTERVAL`` seconds, takes the change of a few of
 its Scrapy stats since the last fold (pages fetched, stored, responses by
@@ -12,14 +14,14 @@ status class, bytes, errors, retries, DLQ) and adds it, in ONE script call, to
 * its own record (``...:w:<worker>``: totals plus a beat: machine, pid,
   pages/s, metrics port), which expires when the worker stops folding,
 * the bucket of the current minute (``...:m:<minute>``, Redis time), which
-  expires after 16 minutes.
+  expires after 18 minutes.
 
-Rates over the last 1, 5 and 15 minutes are sums of minute buckets divided by
-the time they cover. Buckets rather than an EWMA: they add up exactly across
-workers (an EWMA per worker freezes, and keeps counting, when the worker
-dies), they give the same figure to every reader, and 16 small hashes cost
-nothing. A rate covers the finished minutes plus the current one, so it lags
-by at most a fold interval.
+Rates over the last 1, 5 and 15 minutes are sums of minute buckets over the
+window (the oldest bucket pro rata) divided by its length. Buckets rather
+than an EWMA: they add up exactly across workers (an EWMA per worker freezes,
+and keeps counting, when the worker dies), they give the same figure to every
+reader, and 17 small hashes cost nothing. A rate lags the crawl by at most a
+fold interval.
 
 Liveness is the frontier's: the scheduler beats ``web:{web}:workers`` and
 :meth:`extensions.frontier.Frontier.workers` reads it; this module owns only
@@ -52,9 +54,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Minute buckets kept: the 15-minute rate needs 15 finished minutes plus the
-# current one.
-BUCKETS = 16
+# Minute buckets read: the 15-minute window spans the running minute, 14
+# whole ones and part of the one before (see rates()).
+BUCKETS = 17
 RATE_WINDOWS = (1, 5, 15)
 
 # Fleet counter -> the Scrapy stats it sums.
@@ -141,21 +143,23 @@ def rates(
     """Per-second rates of counter ``name`` over the last 1, 5 and 15 minutes
     from minute buckets (minute number -> counters).
 
-    The current minute counts for the seconds it has run:
+    A window of W minutes holds the running minute, the W - 1 before it, and
+    the part of the minute before those that is still inside the window
+    (taken pro rata, as if its events were spread evenly):
 
-    >>> rates({99: {"pages": 600}, 100: {"pages": 30}}, 100 * 60000 + 30000, "pages")
-    {'1m': 1.0, '5m': 1.9091, '15m': 0.6774}
+    >>> rates({98: {"pages": 60}, 99: {"pages": 600}, 100: {"pages": 30}},
+    ...       100 * 60000 + 30000, "pages")
+    {'1m': 5.5, '5m': 2.3, '15m': 0.7667}
     """
     minute, into = divmod(now_ms, 60000)
     out = {}
     for window in RATE_WINDOWS:
-        total = sum(
+        whole = sum(
             buckets.get(m, {}).get(name, 0)
             for m in range(minute - window + 1, minute + 1)
         )
-        # window - 1 finished minutes plus the running one
-        seconds = (window - 1) * 60 + max(into / 1000, 1.0)
-        out[f"{window}m"] = round(total / seconds, 4)
+        edge = buckets.get(minute - window, {}).get(name, 0) * (1 - into / 60000)
+        out[f"{window}m"] = round((whole + edge) / (window * 60), 4)
     return out
 
 
@@ -237,6 +241,8 @@ class FleetStats:
             raise NotConfigured("STATS_FOLD_INTERVAL is 0")
         self.log_fleet = s.getbool("STATS_LOG_FLEET", defaults.STATS_LOG_FLEET)
         self.log_interval = s.getfloat("LOGSTATS_INTERVAL", 60.0)
+        # The frontier's default, not imported: extensions must not import
+        # webcrawl (its defaults move to this package).
         self.lease_timeout_ms = int(s.getfloat("FRONTIER_LEASE_TIMEOUT", 120.0) * 1000)
         self.crawler = crawler
         self.worker = ""
@@ -260,9 +266,8 @@ class FleetStats:
 
     def spider_opened(self, spider: Any) -> None:
         self.prefix = spider.name
-        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
         # One id per worker across the fleet structures: the scheduler's.
-        self.worker = getattr(scheduler, "worker", None) or worker_id()
+        self.worker = getattr(self._scheduler(), "worker", None) or worker_id()
         self._client = async_client(self.crawler)
         self._keys = StatsKeys(self.prefix)
         self._frontier = Frontier(self._client, self.prefix)
@@ -270,6 +275,13 @@ class FleetStats:
         self._last_time = time.monotonic()
         self._next_log = self._last_time + self.log_interval
         self._task = asyncio.ensure_future(self._run())
+
+    def _scheduler(self) -> Any:
+        try:
+            engine = self.crawler.engine
+        except RuntimeError:  # not crawling: built outside a crawl
+            return None
+        return engine.scheduler if engine is not None else None
 
     async def spider_closed(self, spider: Any) -> None:
         self._stop.set()
@@ -296,8 +308,7 @@ class FleetStats:
     def _waiting_for_seeds(self, counters: dict[str, int]) -> bool:
         """No seed taken, nothing fetched, and the frontier (as the scheduler
         last saw it) has nothing queued or leased anywhere."""
-        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
-        counts = getattr(scheduler, "frontier_counts", (0, 0))
+        counts = getattr(self._scheduler(), "frontier_counts", (0, 0))
         return (
             not counters.get("seeds") and not counters.get("pages") and counts == (0, 0)
         )

@@ -30,7 +30,7 @@ key                             type    what it holds
 ``web:stats:{web:stats}:w:<id>`` HASH   one worker's totals and beat (machine,
                                         pid, pages/s...); expires when silent
 ``web:stats:{web:stats}:m:<n>`` HASH    counters of minute n (Redis time);
-                                        expires after 16 minutes
+                                        expires after 18 minutes
 ``web:robots:<host>``           HASH    cached robots.txt: status, body, time
 ``web:robots:fetch:<host>``     STRING  short lock: one robots fetch per fleet
 ``web:bloom:{web:<n>}:<layer>`` STRING  Bloom filter bitmap shard n of a layer
