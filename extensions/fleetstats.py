@@ -36,6 +36,7 @@ import logging
 import os
 import socket
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
@@ -58,6 +59,7 @@ logger = logging.getLogger(__name__)
 # whole ones and part of the one before (see rates()).
 BUCKETS = 17
 RATE_WINDOWS = (1, 5, 15)
+RATE_SPAN = 10.0  # seconds a worker's own pages/s is measured over
 
 # Fleet counter -> the Scrapy stats it sums.
 COUNTERS: dict[str, tuple[str, ...]] = {
@@ -248,8 +250,9 @@ class FleetStats:
         self.worker = ""
         self.machine = socket.gethostname()
         self._folded: dict[str, int] = {}
-        self._last_pages = 0
-        self._last_time = 0.0
+        # (monotonic time, pages) at recent folds: this worker's pages/s is
+        # taken over RATE_SPAN seconds, not one (short, jumpy) fold interval.
+        self._samples: deque[tuple[float, int]] = deque()
         self._next_log = 0.0
         self._said_no_seeds = False
         self._task: asyncio.Task[None] | None = None
@@ -272,8 +275,9 @@ class FleetStats:
         self._keys = StatsKeys(self.prefix)
         self._frontier = Frontier(self._client, self.prefix)
         self._fold = self._client.register_script(FOLD_LUA)
-        self._last_time = time.monotonic()
-        self._next_log = self._last_time + self.log_interval
+        now = time.monotonic()
+        self._samples.append((now, 0))
+        self._next_log = now + self.log_interval
         self._task = asyncio.ensure_future(self._run())
 
     def _scheduler(self) -> Any:
@@ -323,7 +327,10 @@ class FleetStats:
         deltas = {k: v for k, v in deltas.items() if v}
         now = time.monotonic()
         pages = counters.get("pages", 0)
-        per_s = (pages - self._last_pages) / max(now - self._last_time, 1e-3)
+        while len(self._samples) > 1 and now - self._samples[1][0] >= RATE_SPAN:
+            self._samples.popleft()
+        then, before = self._samples[0] if self._samples else (now, pages)
+        per_s = (pages - before) / max(now - then, 1e-3)
         waiting = self._waiting_for_seeds(counters)
         if waiting and not self._said_no_seeds:
             self._said_no_seeds = True
@@ -354,7 +361,7 @@ class FleetStats:
         )
         # Only after Redis took it: a failed fold is carried by the next one.
         self._folded = counters
-        self._last_pages, self._last_time = pages, now
+        self._samples.append((now, pages))
         return when
 
     async def log_line(self) -> None:

@@ -487,14 +487,24 @@ class RedisScheduler(BaseScheduler):
         self._remote_ready = batch.hosts_ready
         self._remote_leases = batch.leases_outstanding
         if batch.paused != self.paused:
-            self.paused = batch.paused
             if batch.paused:
+                # Finish the downloads under way; hand back what has not
+                # started, so it waits in its host's queue, not in this worker.
+                # (A Redis error here leaves all as it was: the next round
+                # tries again.)
+                unstarted = [lease for lease, _ in self._buffer]
+                if unstarted:
+                    await self.frontier.release(unstarted)
+                self._buffer.clear()
                 logger.info(
-                    "Fleet paused: leasing nothing, finishing %s held requests",
-                    len(self._held) + len(self._buffer),
+                    "Fleet paused: leasing nothing, finishing %s requests under "
+                    "way, %s unstarted handed back",
+                    len(self._held),
+                    len(unstarted),
                 )
             else:
                 logger.info("Fleet resumed: leasing again")
+            self.paused = batch.paused
         if batch.reclaimed:
             self.stats.inc_value("scheduler/reclaimed", batch.reclaimed)
             logger.info("Reclaimed %s expired leases", batch.reclaimed)

@@ -1,26 +1,35 @@
 """The live status page of ``scrapy status --serve PORT``.
 
 One self-contained HTML page (inline CSS and JS, no external assets) that
-polls ``/status.json`` (the object ``scrapy status --json`` prints) and draws
-the fleet's pages/s (its 1-minute rate at each poll) over time as an inline
-SVG line. The server is the
-standard library's threading HTTP server: each poll reads Redis afresh.
+polls ``/status.json`` (the object ``scrapy status --json`` prints, plus
+``history``) and draws the fleet's pages/s (its 1-minute rate, sampled by the
+server every poll interval since it started) as an inline SVG line. The
+server is the standard library's threading HTTP server: each poll reads Redis
+afresh.
+
+Settings read: those of :func:`webcrawl.operate.gather_status`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from extensions.connection import TRANSIENT_REDIS_ERRORS
-from webcrawl.operate import dumps, gather_status
+from extensions.fleetstats import fleet_view
+from webcrawl import defaults
+from webcrawl.operate import client_for, dumps, gather_status
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
+
+HISTORY = 1800  # samples the chart keeps (an hour at the default 2 s)
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -69,7 +78,7 @@ every <span id="every">-</span> s</div>
 <table><tbody id="top"></tbody></table>
 <script>
 const EVERY = __EVERY__;
-const points = [];
+const points = [];  // [Redis time ms, pages/s]
 let last = null;
 const $ = (id) => document.getElementById(id);
 const fmt = (n) => (n === null || n === undefined) ? "-"
@@ -125,8 +134,10 @@ function show(s) {
     cell(row, t.host);
     top.appendChild(row);
   }
-  // the fleet's 1-minute rate at each poll, on Redis's clock (time_ms)
-  if (!last || s.time_ms > last) {
+  // the server samples the fleet's 1-minute rate (Redis clock) since it
+  // started; this page adds its own polls in between
+  if (s.history) { points.length = 0; points.push(...s.history); }
+  else if (!last || s.time_ms > last) {
     points.push([s.time_ms, r["1m"] || 0]);
     if (points.length > 600) points.shift();
   }
@@ -156,6 +167,10 @@ def page(every: float) -> bytes:
 
 
 class StatusServer(ThreadingHTTPServer):
+    """Serves the page and ``/status.json``; a sampler thread records the
+    fleet's 1-minute pages/s every ``every`` seconds (the chart's history,
+    so a page opened late still shows the last ``HISTORY`` samples)."""
+
     daemon_threads = True
 
     def __init__(
@@ -164,7 +179,39 @@ class StatusServer(ThreadingHTTPServer):
         super().__init__(address, _Handler)
         self.settings = settings
         self.crawl = crawl
+        self.every = every
         self.page = page(every)
+        self.history: deque[tuple[int, float]] = deque(maxlen=HISTORY)
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def _sample(self) -> None:
+        alive_ms = int(
+            self.settings.getfloat(
+                "FRONTIER_LEASE_TIMEOUT", defaults.FRONTIER_LEASE_TIMEOUT
+            )
+            * 1000
+        )
+
+        async def rate() -> tuple[int, float]:
+            client = client_for(self.settings)
+            try:
+                view = await fleet_view(client, self.crawl, alive_ms)
+            finally:
+                await client.aclose()
+            return view.now_ms, view.rates["pages"]["1m"]
+
+        while not self._stop.is_set():
+            try:
+                self.history.append(asyncio.run(rate()))
+            except TRANSIENT_REDIS_ERRORS as exc:
+                logger.debug("status sample skipped: %s", exc)
+            self._stop.wait(self.every)
+
+    def server_close(self) -> None:
+        self._stop.set()
+        super().server_close()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -183,6 +230,7 @@ class _Handler(BaseHTTPRequestHandler):
                 body = f'{{"error": "Redis unreachable: {type(exc).__name__}"}}'
                 self._send(503, "application/json", body.encode())
                 return
+            status["history"] = list(self.server.history)
             self._send(200, "application/json", dumps(status).encode())
         else:
             self._send(404, "text/plain", b"not found\n")
