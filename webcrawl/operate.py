@@ -14,14 +14,16 @@ key name of its own.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aredis
 
 from extensions.bloom import AsyncBloomFilter, BloomConfig
-from extensions.connection import resolve_redis_url
+from extensions.connection import TRANSIENT_REDIS_ERRORS, resolve_redis_url
 from extensions.fleetstats import DLQ_PREFIX, fleet_view
 from extensions.frontier import Frontier
 from extensions.keys import (
@@ -34,13 +36,27 @@ from extensions.keys import (
 from extensions.seeds import InvalidSeed, parse_seed
 from pipelines.stores import store_from_settings
 from webcrawl import defaults
+from webcrawl.redact import redact_url
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Coroutine, Iterable
 
     from scrapy.settings import BaseSettings
 
+_T = TypeVar("_T")
+
 DEFAULT_CRAWL = "web"  # the key prefix of a crawl: its spider's name
+
+
+def run_command(settings: BaseSettings, coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run a command's coroutine; Redis unreachable: say so, exit status 1
+    (no traceback, and the URL's password redacted)."""
+    try:
+        return asyncio.run(coro)
+    except TRANSIENT_REDIS_ERRORS as exc:
+        url = redact_url(resolve_redis_url(settings))
+        print(f"Redis unreachable at {url}: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def client_for(settings: BaseSettings) -> aredis.Redis:

@@ -3,13 +3,12 @@ and lease nothing."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from webcrawl.operate import DEFAULT_CRAWL, set_paused
+from webcrawl.operate import DEFAULT_CRAWL, run_command, set_paused
 
 if TYPE_CHECKING:
     import argparse
@@ -33,7 +32,9 @@ class Command(ScrapyCommand):
         if args:
             raise UsageError("pause takes no arguments")
         assert self.settings is not None
-        changed = asyncio.run(set_paused(self.settings, True, opts.crawl))
+        changed = run_command(
+            self.settings, set_paused(self.settings, True, opts.crawl)
+        )
         print(
             f"Fleet paused (crawl {opts.crawl!r}): workers finish what they "
             "hold, then wait; `scrapy resume` to continue"

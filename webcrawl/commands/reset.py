@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from webcrawl.operate import DEFAULT_CRAWL, reset
+from webcrawl.operate import DEFAULT_CRAWL, reset, run_command
 
 if TYPE_CHECKING:
     import argparse
@@ -43,7 +42,7 @@ class Command(ScrapyCommand):
         if args:
             raise UsageError("reset takes no arguments")
         assert self.settings is not None
-        kinds = asyncio.run(reset(self.settings, opts.yes, opts.crawl))
+        kinds = run_command(self.settings, reset(self.settings, opts.yes, opts.crawl))
         total = sum(kinds.values())
         verb = "Deleted" if opts.yes else "Would delete"
         print(f"{verb} {total} keys of crawl {opts.crawl!r}")

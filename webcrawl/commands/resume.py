@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from webcrawl.operate import DEFAULT_CRAWL, set_paused
+from webcrawl.operate import DEFAULT_CRAWL, run_command, set_paused
 
 if TYPE_CHECKING:
     import argparse
@@ -32,7 +31,9 @@ class Command(ScrapyCommand):
         if args:
             raise UsageError("resume takes no arguments")
         assert self.settings is not None
-        changed = asyncio.run(set_paused(self.settings, False, opts.crawl))
+        changed = run_command(
+            self.settings, set_paused(self.settings, False, opts.crawl)
+        )
         print(
             f"Fleet resumed (crawl {opts.crawl!r})"
             if changed

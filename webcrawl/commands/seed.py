@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from typing import TYPE_CHECKING
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from webcrawl.operate import DEFAULT_CRAWL, check_seed_lines, push_seeds
+from webcrawl.operate import DEFAULT_CRAWL, check_seed_lines, push_seeds, run_command
 
 if TYPE_CHECKING:
     import argparse
@@ -53,7 +52,9 @@ class Command(ScrapyCommand):
         for number, line, why in invalid:
             print(f"{args[0]}:{number}: {why}: {line[:200]}", file=sys.stderr)
         pushed = (
-            asyncio.run(push_seeds(self.settings, valid, opts.crawl)) if valid else 0
+            run_command(self.settings, push_seeds(self.settings, valid, opts.crawl))
+            if valid
+            else 0
         )
         print(
             f"Pushed {pushed} seeds to crawl {opts.crawl!r}; "

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import TYPE_CHECKING
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from webcrawl.operate import DEFAULT_CRAWL, dumps, gather_status, render_status
+from webcrawl.operate import (
+    DEFAULT_CRAWL,
+    dumps,
+    gather_status,
+    render_status,
+    run_command,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -76,7 +81,9 @@ class Command(ScrapyCommand):
                 server.server_close()
             return
         while True:
-            status = asyncio.run(gather_status(self.settings, opts.crawl))
+            status = run_command(
+                self.settings, gather_status(self.settings, opts.crawl)
+            )
             print(dumps(status) if opts.json else render_status(status), flush=True)
             if not opts.watch:
                 return
