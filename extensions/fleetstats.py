@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Self
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from extensions import defaults
+from extensions import config, defaults
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.frontier import Frontier
 from extensions.keys import StatsKeys
@@ -238,14 +238,13 @@ class FleetStats:
 
     def __init__(self, crawler: Crawler) -> None:
         s = crawler.settings
-        self.interval = s.getfloat("STATS_FOLD_INTERVAL", defaults.STATS_FOLD_INTERVAL)
+        config.require(s, defaults)
+        self.interval = s.getfloat("STATS_FOLD_INTERVAL")
         if self.interval <= 0:
             raise NotConfigured("STATS_FOLD_INTERVAL is 0")
-        self.log_fleet = s.getbool("STATS_LOG_FLEET", defaults.STATS_LOG_FLEET)
-        self.log_interval = s.getfloat("LOGSTATS_INTERVAL", 60.0)
-        # The frontier's default, not imported: extensions must not import
-        # webcrawl (its defaults move to this package).
-        self.lease_timeout_ms = int(s.getfloat("FRONTIER_LEASE_TIMEOUT", 120.0) * 1000)
+        self.log_fleet = s.getbool("STATS_LOG_FLEET")
+        self.log_interval = s.getfloat("LOGSTATS_INTERVAL")
+        self.lease_timeout_ms = int(s.getfloat("FRONTIER_LEASE_TIMEOUT") * 1000)
         self.crawler = crawler
         self.worker = ""
         self.machine = socket.gethostname()

@@ -23,11 +23,10 @@ from scrapy.http import Request
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from extensions import keys
+from extensions import config, defaults, keys
 from extensions.connection import async_client, retry_redis
 from extensions.hosts import deferred_copy, host_key, park_host, script, write_delay
 from extensions.politeness import RELEASE_SCRIPT, HostParked
-from webcrawl import defaults
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -148,7 +147,8 @@ class SharedRobotsTxtMiddleware:
 
     def __init__(self, crawler: Crawler) -> None:
         s = crawler.settings
-        if not s.getbool("ROBOTS_ENABLED", defaults.ROBOTS_ENABLED):
+        config.require(s, defaults)
+        if not s.getbool("ROBOTS_ENABLED"):
             raise NotConfigured("ROBOTS_ENABLED is False")
         if s.getbool("ROBOTSTXT_OBEY"):
             raise NotConfigured(
@@ -159,29 +159,17 @@ class SharedRobotsTxtMiddleware:
         self.user_agent = str(
             s.get("ROBOTSTXT_USER_AGENT")
             or s.get("USER_AGENT")
-            or defaults.WEBCRAWL_USER_AGENT
+            or s.get("WEBCRAWL_USER_AGENT")
         )
-        self.ttl = s.getfloat("ROBOTS_TTL", defaults.ROBOTS_TTL)
-        self.max_size = s.getint("ROBOTS_MAX_SIZE", defaults.ROBOTS_MAX_SIZE)
-        self.max_redirects = s.getint(
-            "ROBOTS_MAX_REDIRECTS", defaults.ROBOTS_MAX_REDIRECTS
-        )
-        self.fetch_timeout = s.getfloat(
-            "ROBOTS_FETCH_TIMEOUT", defaults.ROBOTS_FETCH_TIMEOUT
-        )
-        self.retry_initial = s.getfloat(
-            "ROBOTS_RETRY_INITIAL", defaults.ROBOTS_RETRY_INITIAL
-        )
-        self.retry_max = s.getfloat("ROBOTS_RETRY_MAX", defaults.ROBOTS_RETRY_MAX)
-        self.delay_max = s.getfloat(
-            "ROBOTS_CRAWL_DELAY_MAX", defaults.ROBOTS_CRAWL_DELAY_MAX
-        )
-        self.sitemap_seeds = s.getbool(
-            "ROBOTS_SITEMAP_SEEDS", defaults.ROBOTS_SITEMAP_SEEDS
-        )
-        self.max_deferrals = s.getint(
-            "POLITENESS_MAX_DEFERRALS", defaults.POLITENESS_MAX_DEFERRALS
-        )
+        self.ttl = s.getfloat("ROBOTS_TTL")
+        self.max_size = s.getint("ROBOTS_MAX_SIZE")
+        self.max_redirects = s.getint("ROBOTS_MAX_REDIRECTS")
+        self.fetch_timeout = s.getfloat("ROBOTS_FETCH_TIMEOUT")
+        self.retry_initial = s.getfloat("ROBOTS_RETRY_INITIAL")
+        self.retry_max = s.getfloat("ROBOTS_RETRY_MAX")
+        self.delay_max = s.getfloat("ROBOTS_CRAWL_DELAY_MAX")
+        self.sitemap_seeds = s.getbool("ROBOTS_SITEMAP_SEEDS")
+        self.max_deferrals = s.getint("POLITENESS_MAX_DEFERRALS")
         self.download_delay = s.getfloat("DOWNLOAD_DELAY")
         self._parserimpl = load_object(s.get("ROBOTSTXT_PARSER"))
         self._entries: dict[str, RobotsEntry] = {}

@@ -1,6 +1,6 @@
 """The storage pipeline's core, free of Scrapy: documents and the batcher.
 
-:func:`prepare_page` turns a :class:`~webcrawl.items.PageItem` into the two
+:func:`prepare_page` turns a :class:`~pipelines.items.PageItem` into the two
 documents a store keeps (CPU work: run it in a thread). :class:`PageBatcher`
 buffers prepared pages and writes them in batches through a
 :class:`~pipelines.stores.base.PageStore` on one dedicated writer thread, on
@@ -42,7 +42,7 @@ from pipelines.stores.base import BatchResult, PageStore, TransientStoreError
 
 if TYPE_CHECKING:
     from pipelines.dedup import Duplicate
-    from webcrawl.items import PageItem
+    from pipelines.items import PageItem
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def page_id_of(item: PageItem) -> str:
     """The deterministic document id: the request fingerprint (hex), else the
     SHA-1 of the URL.
 
-    >>> from webcrawl.items import PageItem
+    >>> from pipelines.items import PageItem
     >>> page_id_of(PageItem("http://a.test/", "http://a.test/", 200, "ab12"))
     'ab12'
     >>> page_id_of(PageItem("http://a.test/", "http://a.test/", 200, ""))[:8]

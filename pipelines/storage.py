@@ -1,11 +1,11 @@
 """The batching storage pipeline: ``pipelines.storage.StoragePipeline``.
 
-Per :class:`~webcrawl.items.PageItem`: extraction, fingerprints and zlib
+Per :class:`~pipelines.items.PageItem`: extraction, fingerprints and zlib
 compression in a thread (:func:`~pipelines.batching.prepare_page`), then the
 fleet's duplicate index in Redis (:class:`~pipelines.dedup.DuplicateIndex`,
 asyncio client), then the bounded :class:`~pipelines.batching.PageBatcher`,
 which writes batches on its own thread. Once a batch is durable, on the
-reactor thread, :data:`webcrawl.signals.items_stored` is sent with its items
+reactor thread, :data:`extensions.signals.items_stored` is sent with its items
 (all of them: stored, duplicates, and those recorded as permanent per-page
 errors); never before. While the buffer is full or the store fails, the
 engine is paused and ``process_item`` waits for room: pages are never
@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import NotConfigured
 
+from extensions import config, signals
+from pipelines import defaults
 from pipelines.batching import PageBatcher, PreparedPage, prepare_page
 from pipelines.dedup import EXACT, DuplicateIndex
+from pipelines.items import PageItem
 from pipelines.stores import store_from_settings
-from webcrawl import defaults, signals
-from webcrawl.items import PageItem
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -48,27 +49,18 @@ class StoragePipeline:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         s = crawler.settings
-        self.batch_size = s.getint("PIPELINE_BATCH_SIZE", defaults.PIPELINE_BATCH_SIZE)
-        self.flush_interval = s.getfloat(
-            "PIPELINE_FLUSH_INTERVAL", defaults.PIPELINE_FLUSH_INTERVAL
-        )
-        self.max_buffer = s.getint("PIPELINE_MAX_BUFFER", defaults.PIPELINE_MAX_BUFFER)
-        self.zlib_level = s.getint("PIPELINE_ZLIB_LEVEL", defaults.PIPELINE_ZLIB_LEVEL)
-        self.retry_initial = s.getfloat(
-            "PIPELINE_RETRY_INITIAL", defaults.PIPELINE_RETRY_INITIAL
-        )
-        self.retry_max = s.getfloat("PIPELINE_RETRY_MAX", defaults.PIPELINE_RETRY_MAX)
-        self.close_timeout = s.getfloat(
-            "PIPELINE_CLOSE_TIMEOUT", defaults.PIPELINE_CLOSE_TIMEOUT
-        )
-        self.neardup = s.getbool("NEARDUP_ENABLED", defaults.NEARDUP_ENABLED)
-        self.max_distance = s.getint(
-            "NEARDUP_MAX_DISTANCE", defaults.NEARDUP_MAX_DISTANCE
-        )
-        self.min_words = s.getint("NEARDUP_MIN_WORDS", defaults.NEARDUP_MIN_WORDS)
-        self.max_candidates = s.getint(
-            "NEARDUP_MAX_CANDIDATES", defaults.NEARDUP_MAX_CANDIDATES
-        )
+        config.require(s, defaults)
+        self.batch_size = s.getint("PIPELINE_BATCH_SIZE")
+        self.flush_interval = s.getfloat("PIPELINE_FLUSH_INTERVAL")
+        self.max_buffer = s.getint("PIPELINE_MAX_BUFFER")
+        self.zlib_level = s.getint("PIPELINE_ZLIB_LEVEL")
+        self.retry_initial = s.getfloat("PIPELINE_RETRY_INITIAL")
+        self.retry_max = s.getfloat("PIPELINE_RETRY_MAX")
+        self.close_timeout = s.getfloat("PIPELINE_CLOSE_TIMEOUT")
+        self.neardup = s.getbool("NEARDUP_ENABLED")
+        self.max_distance = s.getint("NEARDUP_MAX_DISTANCE")
+        self.min_words = s.getint("NEARDUP_MIN_WORDS")
+        self.max_candidates = s.getint("NEARDUP_MAX_CANDIDATES")
         if self.batch_size < 1:
             raise NotConfigured("PIPELINE_BATCH_SIZE must be at least 1")
         if not 0 <= self.zlib_level <= 9:

@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from extensions import defaults
 from extensions.politeness import DOWNLOADER_MIDDLEWARES
-from webcrawl import defaults
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -166,6 +166,8 @@ class Crawl:
         base = {
             "REDIS_URL": redis_url,
             "DOWNLOADER_MIDDLEWARES": json.dumps(DOWNLOADER_MIDDLEWARES),
+            # The middlewares without the rest of the add-on: their defaults.
+            "ADDONS": json.dumps({"tests.utils.InstallDefaults": 0}),
             "TELNETCONSOLE_ENABLED": "False",
             "LOG_LEVEL": "INFO",
             "USER_AGENT": defaults.WEBCRAWL_USER_AGENT,

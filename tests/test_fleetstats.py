@@ -9,12 +9,12 @@ import pytest
 import redis.asyncio as aredis
 from scrapy import Request, Spider
 from scrapy.exceptions import NotConfigured
-from scrapy.utils.test import get_crawler
 
 from extensions.fleetstats import BUCKETS, FleetStats, fleet_view
 from extensions.frontier import Frontier, QueuedRequest
 from extensions.keys import StatsKeys
 from extensions.serialization import request_to_bytes
+from tests.utils import get_crawler
 
 if TYPE_CHECKING:
     import redis

@@ -13,8 +13,8 @@ from mockupdb import MockupDB
 
 from extensions.embedded_redis import free_port
 from pipelines.batching import PageBatcher, prepare_page
+from pipelines.items import PageItem
 from pipelines.stores.mongo import MongoStore
-from webcrawl.items import PageItem
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

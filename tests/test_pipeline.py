@@ -12,15 +12,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis.asyncio as aredis
 from scrapy.utils.misc import build_from_crawler
-from scrapy.utils.test import get_crawler
 
+from extensions import signals
+from pipelines import defaults
 from pipelines.batching import PageBatcher, PreparedPage, prepare_page
 from pipelines.dedup import EXACT, NEAR, DuplicateIndex
+from pipelines.items import PageItem
 from pipelines.storage import StoragePipeline
 from pipelines.stores.base import BatchResult, TransientStoreError
 from pipelines.stores.sqlite import SQLiteStore
-from webcrawl import defaults, signals
-from webcrawl.items import PageItem
+from tests.utils import get_crawler
 
 if TYPE_CHECKING:
     from pathlib import Path

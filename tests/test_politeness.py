@@ -15,7 +15,6 @@ from scrapy import Spider
 from scrapy.exceptions import NotConfigured
 from scrapy.http import Request
 from scrapy.statscollectors import MemoryStatsCollector
-from scrapy.utils.test import get_crawler
 
 from extensions import keys
 from extensions.hosts import HostRecord, host_key
@@ -27,6 +26,7 @@ from extensions.politeness import (
     PolitenessMiddleware,
 )
 from tests.httpserver import Crawl, LogServer, reply
+from tests.utils import get_crawler
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

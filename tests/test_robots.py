@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 from scrapy.exceptions import NotConfigured
-from scrapy.utils.test import get_crawler
 
-from extensions import keys
+from extensions import defaults, keys
 from extensions.embedded_redis import free_port
 from extensions.robots import SharedRobotsTxtMiddleware
 from tests.httpserver import LogServer, Route, crawl, reply
-from webcrawl import defaults
+from tests.utils import get_crawler
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -12,9 +12,9 @@ import mongomock
 import pytest
 
 from pipelines.batching import prepare_page
+from pipelines.items import PageItem
 from pipelines.stores.mongo import MongoStore
 from pipelines.stores.sqlite import SQLiteStore
-from webcrawl.items import PageItem
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

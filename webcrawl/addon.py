@@ -1,23 +1,29 @@
 """The webcrawl add-on: one entry in ``ADDONS`` switches the whole system on.
 
-It sets the Redis scheduler, the Bloom dupefilter, the robots, back-off and
-per-host lock downloader middlewares, the batching storage pipeline and the
-fleet statistics extension, and
-turns off what they replace (Scrapy's per-process robots middleware). Values
-a user sets at a higher priority (``-s``, scrapyd ``setting=``, a spider's
-``custom_settings``) still win.
+It installs the defaults of every package (:mod:`extensions.defaults`,
+:mod:`pipelines.defaults`, :mod:`webcrawl.defaults`) at ``default`` priority,
+checks every value against its declared type and range, sets the Redis
+scheduler, the Bloom dupefilter, the robots, back-off and per-host lock
+downloader middlewares, the batching storage pipeline and the fleet
+statistics extension, and turns off what
+they replace (Scrapy's per-process robots middleware). Values a user sets at a
+higher priority (``-s``, scrapyd ``setting=``, a spider's ``custom_settings``)
+still win, and are checked like the defaults.
 
-Settings read: ``REDIS_URL`` and ``WEBCRAWL_HOME``: when no Redis is
-configured, the add-on starts (or finds) the embedded one here, before the
-crawl starts, so no component ever starts a process on the reactor thread.
+Settings read: ``REDIS_URL`` and ``WEBCRAWL_HOME`` (also from the environment,
+see :func:`extensions.config.setting_or_env`): when no Redis is configured,
+the add-on starts (or finds) the embedded one here, before the crawl starts,
+so no component ever starts a process on the reactor thread.
 """
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
-from extensions.embedded_redis import ensure_embedded
+import extensions.defaults
+import pipelines.defaults
+from extensions import config
+from extensions.embedded_redis import ensure_embedded, webcrawl_home
 from extensions.politeness import DOWNLOADER_MIDDLEWARES
 from webcrawl import defaults
 
@@ -28,12 +34,22 @@ SCHEDULER = "extensions.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
 ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
 EXTENSIONS = {"extensions.fleetstats.FleetStats": 500}
+# Every package's defaults module, installed and checked in this order.
+DEFAULTS = (extensions.defaults, pipelines.defaults, defaults)
+
+
+def install_defaults(settings: BaseSettings) -> None:
+    """Put every package's defaults into ``settings`` at ``default`` priority."""
+    for module in DEFAULTS:
+        config.install(settings, module)
 
 
 class Webcrawl:
     """Scrapy add-on (``ADDONS = {"webcrawl.addon.Webcrawl": 0}``)."""
 
     def update_settings(self, settings: BaseSettings) -> None:
+        install_defaults(settings)
+        config.check(settings, *DEFAULTS)
         settings.set("SCHEDULER", SCHEDULER, "addon")
         settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
         # Our robots middleware shares one robots.txt fetch per host across
@@ -42,10 +58,5 @@ class Webcrawl:
         settings["DOWNLOADER_MIDDLEWARES"].update(DOWNLOADER_MIDDLEWARES)
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
         settings["EXTENSIONS"].update(EXTENSIONS)
-        if not settings.get("REDIS_URL") and not os.environ.get("REDIS_URL"):
-            home = (
-                settings.get("WEBCRAWL_HOME")
-                or os.environ.get("WEBCRAWL_HOME")
-                or defaults.WEBCRAWL_HOME
-            )
-            settings.set("REDIS_URL", ensure_embedded(home), "addon")
+        if not config.setting_or_env(settings, "REDIS_URL"):
+            settings.set("REDIS_URL", ensure_embedded(webcrawl_home(settings)), "addon")

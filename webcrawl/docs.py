@@ -1,6 +1,7 @@
-"""Generate the README's settings table from the defaults modules.
+"""Generate the README's settings table from every package's defaults module.
 
-:mod:`webcrawl.defaults` and :mod:`extensions.defaults`, in that order.
+The modules are the add-on's :data:`webcrawl.addon.DEFAULTS`
+(:mod:`extensions.defaults`, :mod:`pipelines.defaults`, :mod:`webcrawl.defaults`).
 
 ``python -m webcrawl.docs`` prints the table, ``python -m webcrawl.docs
 --write README.md`` puts it between the README's markers; a test checks that
@@ -13,26 +14,26 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from extensions import defaults as extensions_defaults
-from webcrawl import defaults
+from extensions import config
+from webcrawl.addon import DEFAULTS
 
-DEFAULTS_MODULES = (defaults, extensions_defaults)
+if TYPE_CHECKING:
+    from types import ModuleType
 
 SECTION_PREFIX = "# ---"
 
 
-def settings_rows() -> list[tuple[str, str, str, str]]:
-    """(section, name, default, description) for every setting, in file order."""
-    rows = []
-    for module in DEFAULTS_MODULES:
-        rows += _module_rows(module)
-    return rows
+def settings_rows() -> list[tuple[str, str, str, str, str]]:
+    """(section, name, default, allowed, description) for every setting."""
+    return [row for module in DEFAULTS for row in module_rows(module)]
 
 
-def _module_rows(defaults: Any) -> list[tuple[str, str, str, str]]:
-    source = Path(defaults.__file__).read_text().splitlines()
+def module_rows(module: ModuleType) -> list[tuple[str, str, str, str, str]]:
+    """(section, name, default, allowed, description) for ``module``'s settings."""
+    specs = {spec.name: spec for spec in config.specs(module)}
+    source = Path(str(module.__file__)).read_text().splitlines()
     rows = []
     section = ""
     tree = ast.parse("\n".join(source))
@@ -55,20 +56,25 @@ def _module_rows(defaults: Any) -> list[tuple[str, str, str, str]]:
             if source[back].startswith(SECTION_PREFIX):
                 section = source[back].strip("#- ").strip()
                 break
-        value = getattr(defaults, target.id)
-        rows.append((section, target.id, repr(value), " ".join(comments)))
+        value = getattr(module, target.id)
+        spec = specs[target.id]
+        allowed = spec.rule.describe() if spec.rule else spec.type_name()
+        rows.append((section, target.id, repr(value), allowed, " ".join(comments)))
     return rows
 
 
 def settings_table() -> str:
-    lines = ["| Setting | Default | Meaning |", "| --- | --- | --- |"]
+    lines = [
+        "| Setting | Default | Allowed | Meaning |",
+        "| --- | --- | --- | --- |",
+    ]
     current = None
-    for section, name, default, text in settings_rows():
+    for section, name, default, allowed, text in settings_rows():
         if section != current:
-            lines.append(f"| **{section}** | | |")
+            lines.append(f"| **{section}** | | | |")
             current = section
         escaped = text.replace("|", "\\|")
-        lines.append(f"| `{name}` | `{default}` | {escaped} |")
+        lines.append(f"| `{name}` | `{default}` | {allowed} | {escaped} |")
     return "\n".join(lines)
 
 

@@ -1,5 +1,5 @@
 """What the operator commands do (``scrapy status``, ``seed``, ``pause``,
-``resume``, ``reset``, ``redis_url``), apart from argument parsing.
+``resume``, ``reset``, ``redis_url``), and their base class.
 
 Settings read: ``REDIS_URL``/``WEBCRAWL_HOME`` (the Redis of the crawl),
 ``FRONTIER_LEASE_TIMEOUT`` (a worker silent that long is dead), the Bloom
@@ -18,12 +18,15 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import redis.asyncio as aredis
+from scrapy.commands import ScrapyCommand
 
+from extensions import config
 from extensions.bloom import AsyncBloomFilter, BloomConfig
 from extensions.connection import TRANSIENT_REDIS_ERRORS, resolve_redis_url
+from extensions.embedded_redis import ensure_embedded, webcrawl_home
 from extensions.fleetstats import DLQ_PREFIX, fleet_view
 from extensions.frontier import Frontier
 from extensions.keys import (
@@ -33,30 +36,59 @@ from extensions.keys import (
     invalid_start_urls,
     start_urls,
 )
+from extensions.redact import redact_url
 from extensions.seeds import InvalidSeed, parse_seed
 from pipelines.stores import store_from_settings
-from webcrawl import defaults
-from webcrawl.redact import redact_url
+from webcrawl.addon import DEFAULTS, install_defaults
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Iterable
+    import argparse
+    from collections.abc import Callable, Coroutine, Iterable
 
-    from scrapy.settings import BaseSettings
+    from scrapy.settings import BaseSettings, Settings
 
 _T = TypeVar("_T")
 
 DEFAULT_CRAWL = "web"  # the key prefix of a crawl: its spider's name
 
 
-def run_command(settings: BaseSettings, coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run a command's coroutine; Redis unreachable: say so, exit status 1
-    (no traceback, and the URL's password redacted)."""
-    try:
-        return asyncio.run(coro)
-    except TRANSIENT_REDIS_ERRORS as exc:
-        url = redact_url(resolve_redis_url(settings))
-        print(f"Redis unreachable at {url}: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+class OperatorCommand(ScrapyCommand):
+    """Base of webcrawl's commands: run from the project, no crawler process,
+    ``--crawl NAME`` (the key prefix), and the workers' settings: every
+    package's defaults installed and checked as the add-on does, Redis found
+    the way a worker finds it (``REDIS_URL``, its ``_FILE``, else the
+    embedded Redis, started if need be)."""
+
+    requires_project = True
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "WARNING"}
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument(
+            "--crawl", default=DEFAULT_CRAWL, help="crawl (spider) name"
+        )
+
+    def crawl_settings(self) -> Settings:
+        assert self.settings is not None
+        settings = self.settings.copy()
+        install_defaults(settings)
+        config.check(settings, *DEFAULTS)
+        if not config.setting_or_env(settings, "REDIS_URL"):
+            url = ensure_embedded(webcrawl_home(settings))
+            settings.set("REDIS_URL", url, "cmdline")
+        return settings
+
+    def call(self, func: Callable[..., Coroutine[Any, Any, _T]], *args: Any) -> _T:
+        """``func(settings, *args)`` to completion; Redis unreachable: one line
+        on stderr (password redacted) and exit status 1, no traceback."""
+        settings = self.crawl_settings()
+        try:
+            return asyncio.run(func(settings, *args))
+        except TRANSIENT_REDIS_ERRORS as exc:
+            url = redact_url(resolve_redis_url(settings))
+            print(f"Redis unreachable at {url}: {exc}", file=sys.stderr)
+            raise SystemExit(1) from None
 
 
 def client_for(settings: BaseSettings) -> aredis.Redis:
@@ -73,10 +105,7 @@ async def gather_status(
     client = client_for(settings)
     try:
         frontier = Frontier(client, crawl)
-        alive_ms = int(
-            settings.getfloat("FRONTIER_LEASE_TIMEOUT", defaults.FRONTIER_LEASE_TIMEOUT)
-            * 1000
-        )
+        alive_ms = int(settings.getfloat("FRONTIER_LEASE_TIMEOUT") * 1000)
         fv = await frontier.overview()
         fleet = await fleet_view(client, crawl, alive_ms, frontier)
         async with client.pipeline(transaction=False) as pipe:

@@ -6,7 +6,7 @@ through the add-on. Override any of them with ``-s NAME=value`` or scrapyd's
 ``setting=NAME=value``.
 """
 
-from webcrawl.defaults import WEBCRAWL_USER_AGENT
+from extensions.defaults import WEBCRAWL_USER_AGENT
 
 BOT_NAME = "webcrawl"
 SPIDER_MODULES = ["webcrawl.spiders"]

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from extensions.connection import TRANSIENT_REDIS_ERRORS
 from extensions.fleetstats import fleet_view
-from webcrawl import defaults
 from webcrawl.operate import client_for, dumps, gather_status
 
 if TYPE_CHECKING:
@@ -187,12 +186,7 @@ class StatusServer(ThreadingHTTPServer):
         self._sampler.start()
 
     def _sample(self) -> None:
-        alive_ms = int(
-            self.settings.getfloat(
-                "FRONTIER_LEASE_TIMEOUT", defaults.FRONTIER_LEASE_TIMEOUT
-            )
-            * 1000
-        )
+        alive_ms = int(self.settings.getfloat("FRONTIER_LEASE_TIMEOUT") * 1000)
 
         async def rate() -> tuple[int, float]:
             client = client_for(self.settings)

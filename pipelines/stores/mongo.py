@@ -14,7 +14,7 @@ large) are reported in the :class:`~pipelines.stores.base.BatchResult`.
 
 Settings read (by :meth:`MongoStore.from_settings`): ``MONGO_URI``,
 ``MONGO_DATABASE``, ``MONGO_TIMEOUT_MS``. The URI's password never reaches a
-log (:func:`webcrawl.redact.redact_url`).
+log (:func:`extensions.redact.redact_url`).
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ from pymongo.errors import (
     WriteConcernError,
 )
 
+from extensions.config import setting_or_env
+from extensions.redact import redact_url
+from pipelines import defaults
 from pipelines.stores.base import (
     BOOL_FIELDS,
     METADATA_INDEXES,
@@ -45,8 +48,6 @@ from pipelines.stores.base import (
     TransientStoreError,
     decompress,
 )
-from webcrawl import defaults
-from webcrawl.redact import redact_url
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -92,7 +93,7 @@ class MongoStore:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> MongoStore:
-        uri = settings.get("MONGO_URI") or ""
+        uri = setting_or_env(settings, "MONGO_URI")
         if not uri:
             raise PermanentStoreError("MONGO_URI is not set")
         return cls(

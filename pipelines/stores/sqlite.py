@@ -13,12 +13,12 @@ Settings read (by :meth:`SQLiteStore.from_settings`): ``WEBCRAWL_HOME``,
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from extensions.embedded_redis import webcrawl_home
 from pipelines.stores.base import (
     BOOL_FIELDS,
     CONTENT_FIELDS,
@@ -31,9 +31,10 @@ from pipelines.stores.base import (
     TransientStoreError,
     decompress,
 )
-from webcrawl import defaults
 
 if TYPE_CHECKING:
+    import os
+
     from scrapy.settings import BaseSettings
 
 
@@ -80,12 +81,7 @@ class SQLiteStore:
     def from_settings(cls, settings: BaseSettings) -> SQLiteStore:
         path = settings.get("SQLITE_PATH") or ""
         if not path:
-            home = (
-                settings.get("WEBCRAWL_HOME")
-                or os.environ.get("WEBCRAWL_HOME")
-                or defaults.WEBCRAWL_HOME
-            )
-            path = str(Path(home) / "pages.sqlite3")
+            path = str(webcrawl_home(settings) / "pages.sqlite3")
         return cls(path)
 
     def __repr__(self) -> str:

@@ -1,43 +1,29 @@
-"""``scrapy pause``: pause the whole fleet: workers finish what they hold
-and lease nothing."""
+"""``scrapy pause``: the whole fleet stops leasing; workers finish what they
+hold and stay alive."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from webcrawl.operate import DEFAULT_CRAWL, run_command, set_paused
+from webcrawl.operate import OperatorCommand, set_paused
 
 if TYPE_CHECKING:
     import argparse
 
 
-class Command(ScrapyCommand):
-    requires_project = True
-    requires_crawler_process = False
-    default_settings = {"LOG_LEVEL": "WARNING"}
-
+class Command(OperatorCommand):
     def short_desc(self) -> str:
         return "Pause the whole fleet: workers finish what they hold and lease nothing"
-
-    def add_options(self, parser: argparse.ArgumentParser) -> None:
-        super().add_options(parser)
-        parser.add_argument(
-            "--crawl", default=DEFAULT_CRAWL, help="crawl (spider) name"
-        )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if args:
             raise UsageError("pause takes no arguments")
-        assert self.settings is not None
-        changed = run_command(
-            self.settings, set_paused(self.settings, True, opts.crawl)
-        )
-        print(
-            f"Fleet paused (crawl {opts.crawl!r}): workers finish what they "
-            "hold, then wait; `scrapy resume` to continue"
-            if changed
-            else f"Crawl {opts.crawl!r} was already paused"
-        )
+        if self.call(set_paused, True, opts.crawl):
+            print(
+                f"Fleet paused (crawl {opts.crawl!r}): workers finish what they "
+                "hold, then wait; `scrapy resume` to continue"
+            )
+        else:
+            print(f"Crawl {opts.crawl!r} was already paused")

@@ -5,25 +5,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from extensions.connection import resolve_redis_url
+from webcrawl.operate import OperatorCommand
 
 if TYPE_CHECKING:
     import argparse
 
 
-class Command(ScrapyCommand):
-    requires_project = True
-    requires_crawler_process = False
-    default_settings = {"LOG_LEVEL": "WARNING"}
-
+class Command(OperatorCommand):
     def short_desc(self) -> str:
         return "Print the Redis URL of the crawl (starts the embedded Redis if needed)"
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if args:
             raise UsageError("redis_url takes no arguments")
-        assert self.settings is not None
-        print(resolve_redis_url(self.settings))
+        print(resolve_redis_url(self.crawl_settings()))

@@ -4,20 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from webcrawl.operate import DEFAULT_CRAWL, reset, run_command
+from webcrawl.operate import OperatorCommand, reset
 
 if TYPE_CHECKING:
     import argparse
 
 
-class Command(ScrapyCommand):
-    requires_project = True
-    requires_crawler_process = False
-    default_settings = {"LOG_LEVEL": "WARNING"}
-
+class Command(OperatorCommand):
     def syntax(self) -> str:
         return "--yes"
 
@@ -34,18 +29,13 @@ class Command(ScrapyCommand):
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
         parser.add_argument("--yes", action="store_true", help="really delete")
-        parser.add_argument(
-            "--crawl", default=DEFAULT_CRAWL, help="crawl (spider) name"
-        )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if args:
             raise UsageError("reset takes no arguments")
-        assert self.settings is not None
-        kinds = run_command(self.settings, reset(self.settings, opts.yes, opts.crawl))
-        total = sum(kinds.values())
+        kinds = self.call(reset, opts.yes, opts.crawl)
         verb = "Deleted" if opts.yes else "Would delete"
-        print(f"{verb} {total} keys of crawl {opts.crawl!r}")
+        print(f"{verb} {sum(kinds.values())} keys of crawl {opts.crawl!r}")
         for kind, n in kinds.items():
             print(f"  {n:>10}  {kind}")
         if not opts.yes:
