@@ -73,6 +73,7 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "robots_forbidden": ("robotstxt/forbidden",),
     "seeds": ("seeds/accepted",),
 }
+IGNORED = "downloader/exception_type_count/scrapy.exceptions.IgnoreRequest"
 # Stats whose every key under the prefix is folded under its own name.
 STATUS_PREFIX = "downloader/response_status_count/"
 DLQ_PREFIX = "dlq/"  # issue 12's dead-letter queue, when it lands
@@ -120,14 +121,18 @@ def fold_counters(stats: dict[str, Any]) -> dict[str, int]:
     >>> fold_counters({"response_received_count": 3,
     ...                "downloader/response_status_count/200": 2,
     ...                "downloader/response_status_count/404": 1,
-    ...                "storage/duplicates/near": 1, "dlq/http_500": 1})
+    ...                "storage/duplicates/near": 1, "dlq/http_500": 1,
+    ...                "downloader/exception_count": 3, IGNORED: 2})
     ... # doctest: +NORMALIZE_WHITESPACE
-    {'pages': 3, 'duplicates': 1, 'status_2xx': 2, 'status_4xx': 1,
+    {'pages': 3, 'duplicates': 1, 'errors': 1, 'status_2xx': 2, 'status_4xx': 1,
      'dlq/http_500': 1}
     """
     out: dict[str, int] = {}
     for name, sources in COUNTERS.items():
         value = sum(int(stats.get(s) or 0) for s in sources)
+        if name == "errors":
+            # A request refused on purpose (robots.txt) is no error.
+            value -= int(stats.get(IGNORED) or 0)
         if value:
             out[name] = value
     for key, value in stats.items():
