@@ -349,3 +349,17 @@ def test_live_page_in_chromium_matches_status_json(
     assert sorted(r[0].text_content() for r in rows) == sorted(
         w["id"] for w in expected["workers"]
     )
+
+
+def test_status_of_an_empty_crawl_creates_nothing(
+    settings: dict[str, object], tmp_path: Path, redis_client: redis.Redis
+) -> None:
+    text = scrapy("status", settings=settings)
+    assert text.returncode == 0, text.stderr
+    assert "Workers alive: 0" in text.stdout and "(not created yet)" in text.stdout
+    s = status(settings)
+    assert (s["queued"], s["leased"], s["dlq"], s["workers"]) == (0, 0, 0, [])
+    assert s["pages_stored"] == 0 and s["bloom"] is None
+    # Reading status neither creates a page store nor any crawl key.
+    assert not (tmp_path / "home").exists()
+    assert redis_client.keys("*") == []
