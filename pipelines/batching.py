@@ -13,11 +13,18 @@ benchmarks):
   :meth:`PageBatcher.put` waits for room, and ``on_pressure(True)`` is called
   while the buffer is full or the store is failing (the pipeline pauses the
   engine), ``on_pressure(False)`` once writes go through again;
-* a batch whose write fails for a transient reason is retried, unchanged,
+* a batch whose write fails for a transient reason (the store raised
+  :class:`~pipelines.stores.base.TransientStoreError`) is retried, unchanged,
   with exponential back-off (``retry_initial`` doubling up to ``retry_max``)
   until it succeeds: pages are never dropped. On close the retries stop after
   ``close_timeout`` seconds; pages still unwritten are reported (their
   frontier leases are not acknowledged, so the frontier hands them out again);
+* a batch whose write fails for any other reason
+  (:class:`~pipelines.stores.base.PermanentStoreError`, or an error no store
+  declares transient, i.e. a bug) is not retried: it is tried once, logged
+  with its traceback, its pages join :attr:`PageBatcher.unstored` and
+  ``on_failed(pages, error)`` is called on the loop's thread (the pipeline
+  stops the crawl); later batches are still tried, once each;
 * ``on_stored(pages, result)`` is called on the loop's thread only after the
   store returned, i.e. once the batch is durable.
 """
@@ -192,6 +199,7 @@ class FlushAborted(Exception):
 
 
 StoredCallback = Callable[[list[PreparedPage], BatchResult], None]
+FailedCallback = Callable[[list[PreparedPage], BaseException], None]
 
 
 class PageBatcher:
@@ -211,6 +219,7 @@ class PageBatcher:
         on_stored: StoredCallback | None = None,
         on_pressure: Callable[[bool], None] | None = None,
         on_retry: Callable[[BaseException, int], None] | None = None,
+        on_failed: FailedCallback | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -225,6 +234,7 @@ class PageBatcher:
         self.on_stored = on_stored
         self.on_pressure = on_pressure
         self.on_retry = on_retry
+        self.on_failed = on_failed
         self._buffer: list[PreparedPage] = []
         self._inflight: list[PreparedPage] = []
         self._first_at = 0.0
@@ -239,7 +249,9 @@ class PageBatcher:
         self._wake: asyncio.Event | None = None
         self._room: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        # Pages not written: failed for good, or still failing at close.
         self.unstored: list[PreparedPage] = []
+        self.failed_batches = 0
         self.batches = 0
         self.retries = 0
         self.flush_seconds: list[float] = []
@@ -342,6 +354,16 @@ class PageBatcher:
                 self._buffer.clear()
                 self._inflight = []
                 return
+            except Exception as e:
+                # Not transient (the stores turn every "not now" into
+                # TransientStoreError): retrying cannot help, so the batch is
+                # recorded as failed and reported, never retried forever and
+                # never hidden. Catching everything here keeps the writer
+                # alive for the batches still buffered.
+                self._inflight = []
+                self._failing = False
+                self._batch_failed(batch, e)
+                continue
             self._inflight = []
             self._failing = False
             self.batches += 1
@@ -367,22 +389,19 @@ class PageBatcher:
             started = time.perf_counter()
             try:
                 result = self.store.write_batch(metadata, content)
-            except Exception as e:
+            except TransientStoreError as e:
                 attempt += 1
                 self.retries += 1
-                transient = isinstance(e, TransientStoreError)
                 if attempt == 1:
                     self._loop.call_soon_threadsafe(self._store_failing)
                 if attempt == 1 or attempt % 10 == 0:
                     logger.warning(
-                        "Writing a batch of %d pages failed (try %d, %s), "
+                        "Writing a batch of %d pages failed (try %d, transient), "
                         "retrying in %.1fs: %s",
                         len(batch),
                         attempt,
-                        "transient" if transient else "unexpected",
                         delay,
                         e,
-                        exc_info=not transient,
                     )
                 if self.on_retry is not None:
                     self.on_retry(e, attempt)
@@ -392,6 +411,27 @@ class PageBatcher:
                 continue
             self.flush_seconds.append(time.perf_counter() - started)
             return result
+
+    def _batch_failed(self, batch: list[PreparedPage], error: Exception) -> None:
+        assert self._room is not None
+        self.failed_batches += 1
+        self.unstored.extend(batch)
+        logger.error(
+            "A batch of %d pages could not be written to %r and is not retried "
+            "(%s: %s); its pages are recorded as unstored",
+            len(batch),
+            self.store,
+            type(error).__name__,
+            error,
+            exc_info=error,
+        )
+        if self.on_failed is not None:
+            try:
+                self.on_failed(batch, error)
+            except Exception:
+                logger.exception("on_failed callback failed")
+        self._room.set()
+        self._set_pressure()
 
     def _store_failing(self) -> None:
         self._failing = True

@@ -7,9 +7,20 @@ asyncio client), then the bounded :class:`~pipelines.batching.PageBatcher`,
 which writes batches on its own thread. Once a batch is durable, on the
 reactor thread, :data:`extensions.signals.items_stored` is sent with its items
 (all of them: stored, duplicates, and those recorded as permanent per-page
-errors); never before. While the buffer is full or the store fails, the
-engine is paused and ``process_item`` waits for room: pages are never
-dropped. Other items pass through untouched.
+errors); never before. While the buffer is full or the store fails for a
+transient reason, the engine is paused and ``process_item`` waits for room:
+pages are never dropped. Other items pass through untouched.
+
+Errors: a batch the store refuses for good (``PermanentStoreError``, or any
+error it does not declare transient) is not retried: its pages are counted
+(``storage/unstored``), logged with the reason, and the crawl stops with
+finish reason ``store_failed``. Their frontier leases are not acknowledged:
+once this worker stops renewing them they expire
+(``FRONTIER_LEASE_TIMEOUT``) and the frontier hands the URLs out again, and
+the application's ``scrapy crawl`` exits non-zero. A Redis
+outage during the duplicate check stores the page unchecked (warning once);
+a command Redis refuses (``ResponseError``: out of memory, wrong type) does
+the same but logs at ERROR; any other error is a bug and propagates.
 
 Settings read: ``PIPELINE_BATCH_SIZE``, ``PIPELINE_FLUSH_INTERVAL``,
 ``PIPELINE_MAX_BUFFER``, ``PIPELINE_ZLIB_LEVEL``, ``PIPELINE_RETRY_INITIAL``,
@@ -26,9 +37,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import ResponseError
 from scrapy.exceptions import NotConfigured
 
 from extensions import config, signals
+from extensions.connection import TRANSIENT_REDIS_ERRORS
 from pipelines import defaults
 from pipelines.batching import PageBatcher, PreparedPage, prepare_page
 from pipelines.dedup import EXACT, DuplicateIndex
@@ -41,6 +54,10 @@ if TYPE_CHECKING:
     from pipelines.stores.base import BatchResult
 
 logger = logging.getLogger(__name__)
+
+# Pages fetched but not written (a permanent store failure, or a store still
+# failing at close): ``scrapy crawl`` exits non-zero when it is set.
+UNSTORED_STAT = "storage/unstored"
 
 
 class StoragePipeline:
@@ -70,6 +87,8 @@ class StoragePipeline:
         self.dedup: DuplicateIndex | None = None
         self._paused_engine = False
         self._dedup_failed = False
+        self._dedup_refused = False
+        self._closing_task: asyncio.Task[None] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> StoragePipeline:
@@ -98,6 +117,7 @@ class StoragePipeline:
             on_stored=self._stored,
             on_pressure=self._pressure,
             on_retry=self._retry,
+            on_failed=self._failed,
         )
         await self.batcher.open()
         logger.info("Storing pages in %r, batches of %d", self.store, self.batch_size)
@@ -121,11 +141,13 @@ class StoragePipeline:
         if self._paused_engine:
             self._pressure(False)
         if unstored:
-            self._inc("storage/unstored", len(unstored))
+            stats = self.crawler.stats
+            if stats is not None:
+                stats.set_value(UNSTORED_STAT, len(unstored))
             logger.error(
-                "%d pages could not be written to %r before close; their "
-                "leases are not acknowledged, so the frontier will hand them "
-                "out again",
+                "%d pages could not be written to %r; their leases are not "
+                "acknowledged, so the frontier hands them out again once they "
+                "expire",
                 len(unstored),
                 self.store,
             )
@@ -137,11 +159,22 @@ class StoragePipeline:
             return
         try:
             dup = await self.dedup.check(page.page_id, page.content_hash, page.simhash)
-        except Exception as e:  # Redis down: store the page unchecked
+        except TRANSIENT_REDIS_ERRORS as e:  # Redis down: store the page unchecked
             self._inc("storage/dedup_errors")
             if not self._dedup_failed:
                 self._dedup_failed = True
                 logger.warning("Duplicate check failed, storing pages unchecked: %s", e)
+            return
+        except ResponseError as e:
+            # Redis refused the script (out of memory, a key of another
+            # type): not a bug here, and not an outage that will pass.
+            self._inc("storage/dedup_errors")
+            if not self._dedup_refused:
+                self._dedup_refused = True
+                logger.error(
+                    "Redis refused the duplicate check, storing pages unchecked: %s",
+                    e,
+                )
             return
         if dup is not None:
             page.mark_duplicate(dup)
@@ -179,6 +212,23 @@ class StoragePipeline:
                 stats.set_value("storage/compression_ratio", round(raw / packed, 3))
         self.crawler.signals.send_catch_log(
             signal=signals.items_stored, items=[p.item for p in pages]
+        )
+
+    def _failed(self, pages: list[PreparedPage], error: BaseException) -> None:
+        """A batch failed for good (reactor thread): stop the crawl, since
+        the store refuses what this worker fetches."""
+        self._inc("storage/batches_failed")
+        engine = self.crawler.engine
+        if engine is None or self._closing_task is not None:
+            return
+        if self._paused_engine:
+            self._pressure(False)
+        logger.error(
+            "Stopping the crawl: the page store failed permanently (%s)",
+            type(error).__name__,
+        )
+        self._closing_task = asyncio.ensure_future(
+            engine.close_spider_async(reason="store_failed")
         )
 
     def _pressure(self, on: bool) -> None:

@@ -8,6 +8,7 @@ sandbox's request record.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -17,13 +18,16 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from scrapy.settings import Settings
 
 from extensions.embedded_redis import find_redis_binary, stop_embedded
 from extensions.keys import FrontierKeys, StatsKeys, start_urls
 from sandbox.process import SandboxProcess
 from sandbox.site import SiteSpec
+from webcrawl.addon import install_defaults
 from webcrawl.fleet import ROOT, start_worker, stop, worker_env
 from webcrawl.localcrawl import reset_crawl
+from webcrawl.operate import gather_status
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -64,6 +68,14 @@ def status(settings: dict[str, object]) -> dict[str, Any]:
     return json.loads(done.stdout)
 
 
+def peek(settings: dict[str, object]) -> dict[str, Any]:
+    """The figures of ``scrapy status --json``, read in this process: cheap
+    enough to poll (the command itself is checked where it matters)."""
+    s = Settings(settings)
+    install_defaults(s)
+    return asyncio.run(gather_status(s))
+
+
 def wait_for(
     what: str, check: Callable[[], Any], timeout: float = 30.0, every: float = 0.2
 ) -> Any:
@@ -86,10 +98,18 @@ def settings(redis_url: str, tmp_path: Path) -> dict[str, object]:
 
 
 @pytest.fixture
-def web(tmp_path: Path) -> Iterator[SandboxProcess]:
-    spec = SiteSpec(seed=3, hosts=3, pages_per_host=8)
-    with SandboxProcess(spec, directory=tmp_path, max_seconds=120) as proc:
-        yield proc
+def sandbox_web(tmp_path: Path) -> Iterator[Callable[[int], SandboxProcess]]:
+    """Starts the sandbox web: 3 hosts of ``pages`` pages each."""
+    started: list[SandboxProcess] = []
+
+    def start(pages: int) -> SandboxProcess:
+        spec = SiteSpec(seed=3, hosts=3, pages_per_host=pages)
+        started.append(SandboxProcess(spec, directory=tmp_path, max_seconds=120))
+        return started[-1].start()
+
+    yield start
+    for proc in started:
+        proc.stop()
 
 
 def worker_settings(settings: dict[str, object], **extra: object) -> dict[str, object]:
@@ -194,41 +214,39 @@ def test_worker_without_seeds_says_so(
 
 def test_status_pause_resume_and_fleet_log(
     settings: dict[str, object],
-    web: SandboxProcess,
+    sandbox_web: Callable[[int], SandboxProcess],
     tmp_path: Path,
-    redis_client: redis.Redis,
 ) -> None:
+    web = sandbox_web(8)
     reset_crawl(str(settings["REDIS_URL"]))
     seeds = "\n".join(web.seed_urls())
     assert scrapy("seed", "-", settings=settings, stdin=seeds).returncode == 0
     log = tmp_path / "worker.log"
+    # 3 hosts at 1 page/s each: the 24-page web lasts long enough to pause.
     proc = start_worker(
-        worker_settings(settings, DOWNLOAD_DELAY=0.25, MAX_IDLE_TIME_BEFORE_CLOSE=1),
+        worker_settings(settings, DOWNLOAD_DELAY=1.0, MAX_IDLE_TIME_BEFORE_CLOSE=1),
         log,
     )
     try:
-        s = wait_for(
+        wait_for(
             "pages in the fleet stats",
-            lambda: (s := status(settings))["totals"].get("pages", 0) >= 5 and s,
+            lambda: peek(settings)["totals"].get("pages", 0) >= 3,
         )
-        for field in ("queued", "leased", "dlq", "workers", "pages_stored"):
-            assert field in s
-        (worker,) = s["workers"]
-        assert worker["pid"] == proc.pid and worker["machine"]
-        assert s["dlq"] == 0 and s["bloom"]["items"] > 0
-        assert s["rates"]["pages"]["1m"] > 0
-
         assert "Fleet paused" in scrapy("pause", settings=settings).stdout
-        paused = wait_for(
-            "leases to end",
-            lambda: (s := status(settings))["leased"] == 0 and s,
-        )
-        assert paused["paused"] and paused["queued"] > 0
+        wait_for("leases to end", lambda: peek(settings)["leased"] == 0)
         fetched = len(web.records())
-        time.sleep(2.5)  # longer than MAX_IDLE_TIME_BEFORE_CLOSE
+        paused = status(settings)  # the command, while the fleet stands still
+        for field in ("queued", "leased", "dlq", "workers", "pages_stored"):
+            assert field in paused
+        (worker,) = paused["workers"]
+        assert worker["pid"] == proc.pid and worker["machine"]
+        assert paused["dlq"] == 0 and paused["bloom"]["items"] > 0
+        assert paused["rates"]["pages"]["1m"] > 0
+        assert paused["paused"] and paused["queued"] > 0
+        time.sleep(1.5)  # with the status call: longer than MAX_IDLE_TIME_BEFORE_CLOSE
         assert proc.poll() is None, "a paused worker must stay alive"
         assert len(web.records()) == fetched, "a paused fleet fetched pages"
-        still = status(settings)
+        still = peek(settings)
         assert still["queued"] == paused["queued"]
         assert still["pages_stored"] == paused["pages_stored"]
 
@@ -247,7 +265,7 @@ def test_status_pause_resume_and_fleet_log(
     text = log.read_text()
     assert "Fleet paused" in text and "Fleet resumed" in text
     assert "requests queued over" in text and "pages/s (1m)" in text
-    final = status(settings)
+    final = peek(settings)
     assert final["workers"] == [] and final["queued"] == 0
     assert final["pages_stored"] >= len(web.reachable_urls())
 
@@ -276,8 +294,11 @@ def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_live_page_in_chromium_matches_status_json(
-    settings: dict[str, object], web: SandboxProcess, tmp_path: Path
+    settings: dict[str, object],
+    sandbox_web: Callable[[int], SandboxProcess],
+    tmp_path: Path,
 ) -> None:
+    web = sandbox_web(8)
     from lxml import html
 
     reset_crawl(str(settings["REDIS_URL"]))
@@ -301,7 +322,7 @@ def test_live_page_in_chromium_matches_status_json(
         url = server.stdout.readline().split()[3]
         wait_for(
             "pages in the fleet stats",
-            lambda: status(settings)["totals"].get("pages", 0) >= 6,
+            lambda: peek(settings)["totals"].get("pages", 0) >= 6,
         )
         # While it crawls: the screenshot for the README (a few seconds of
         # polls, so the chart has a line).
@@ -319,7 +340,7 @@ def test_live_page_in_chromium_matches_status_json(
             shutil.copy(shot, DOCS / "status-page.png")
         # Pause: the figures stop moving, so the page and --json must agree.
         scrapy("pause", settings=settings)
-        wait_for("leases to end", lambda: status(settings)["leased"] == 0)
+        wait_for("leases to end", lambda: peek(settings)["leased"] == 0)
         time.sleep(0.5)
         dom = chromium(tmp_path, "--dump-dom", "--virtual-time-budget=3000", url)
         expected = status(settings)

@@ -10,7 +10,9 @@ Errors: network errors, server selection timeouts, primary step-downs and
 write errors labelled retryable raise
 :class:`~pipelines.stores.base.TransientStoreError` (the pipeline retries the
 batch); other per-document write errors (duplicate ``url``, document too
-large) are reported in the :class:`~pipelines.stores.base.BatchResult`.
+large) are reported in the :class:`~pipelines.stores.base.BatchResult`; any
+other server or driver error raises
+:class:`~pipelines.stores.base.PermanentStoreError` (never retried).
 
 Settings read (by :meth:`MongoStore.from_settings`): ``MONGO_URI``,
 ``MONGO_DATABASE``, ``MONGO_TIMEOUT_MS``. The URI's password never reaches a
@@ -231,11 +233,12 @@ class MongoStore:
         except OperationFailure as e:
             if _is_transient(e.code, _labels(e)):
                 raise TransientStoreError(f"{name}: {e}") from e
-            raise
+            # Unauthorized, quota, validation: the batch will never pass.
+            raise PermanentStoreError(f"{name}: error {e.code}: {e}") from e
         except PyMongoError as e:
             if _labels(e) and "RetryableWriteError" in _labels(e):
                 raise TransientStoreError(f"{name}: {e}") from e
-            raise
+            raise PermanentStoreError(f"{name}: {type(e).__name__}: {e}") from e
         return ok
 
     def get_page(self, url: str) -> StoredPage | None:

@@ -38,6 +38,33 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 
+# Primary result codes that mean "another connection holds the database, try
+# again" (SQLITE_BUSY, SQLITE_LOCKED); every other error (read-only file, not a
+# database, a table of another schema, disk I/O) will not pass by retrying.
+_TRANSIENT_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def _store_error(error: sqlite3.Error, what: str) -> Exception:
+    """The store error an ``sqlite3`` error stands for.
+
+    >>> busy = sqlite3.OperationalError("database is locked")
+    >>> busy.sqlite_errorcode = sqlite3.SQLITE_BUSY
+    >>> type(_store_error(busy, "write")).__name__
+    'TransientStoreError'
+    >>> ro = sqlite3.OperationalError("attempt to write a readonly database")
+    >>> ro.sqlite_errorcode = sqlite3.SQLITE_READONLY
+    >>> type(_store_error(ro, "write")).__name__
+    'PermanentStoreError'
+    """
+    code = getattr(error, "sqlite_errorcode", None)
+    cls = (
+        TransientStoreError
+        if code is not None and code & 0xFF in _TRANSIENT_CODES
+        else PermanentStoreError
+    )
+    return cls(f"sqlite {what}: {error}")
+
+
 def _column(name: str) -> str:
     return "id" if name == "_id" else name
 
@@ -97,16 +124,20 @@ class SQLiteStore:
             )
         except (OSError, sqlite3.Error) as e:
             raise PermanentStoreError(f"cannot open {self.path}: {e}") from e
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        with conn:
-            conn.execute(_table_sql("pages_metadata", METADATA_FIELDS))
-            conn.execute(_table_sql("pages_content", CONTENT_FIELDS))
-            for name in METADATA_INDEXES:
-                conn.execute(
-                    f"CREATE INDEX IF NOT EXISTS pages_metadata_{name} "
-                    f"ON pages_metadata ({name})"
-                )
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            with conn:
+                conn.execute(_table_sql("pages_metadata", METADATA_FIELDS))
+                conn.execute(_table_sql("pages_content", CONTENT_FIELDS))
+                for name in METADATA_INDEXES:
+                    conn.execute(
+                        f"CREATE INDEX IF NOT EXISTS pages_metadata_{name} "
+                        f"ON pages_metadata ({name})"
+                    )
+        except sqlite3.Error as e:  # not a database, read-only, locked
+            conn.close()
+            raise _store_error(e, f"open {self.path}") from e
         self._conn = conn
 
     def close(self) -> None:
@@ -157,10 +188,10 @@ class SQLiteStore:
                             self._content_sql, [doc.get(n) for n in CONTENT_FIELDS]
                         )
                         result.content_written += 1
-            except sqlite3.OperationalError as e:
-                # "database is locked", disk I/O errors: the batch may succeed
-                # later; the transaction was rolled back as a whole.
-                raise TransientStoreError(f"sqlite: {e}") from e
+            except sqlite3.Error as e:
+                # The transaction was rolled back as a whole: "database is
+                # locked" may pass, a read-only file or an old schema will not.
+                raise _store_error(e, "write") from e
         return result
 
     def _metadata(self, where: str, arg: str) -> dict[str, Any] | None:

@@ -1,5 +1,6 @@
-"""webcrawl's Scrapy commands (``COMMANDS_MODULE = "webcrawl.commands"``).
+"""The project's ``scrapy`` commands (``COMMANDS_MODULE`` in
+:mod:`webcrawl.settings`): one module per command, each a ``Command`` class.
 
-One module per command; ``scrapy -h`` in the project directory lists them.
-They take the same ``-s NAME=value`` settings as the workers.
+``scrapy -h`` in the project directory lists them; they take the same
+``-s NAME=value`` settings as the workers.
 """
