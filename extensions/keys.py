@@ -24,6 +24,11 @@ key                             type    what it holds
                                         dupefilter, until queued
 ``web:{web}:paused``            STRING  exists while the fleet is paused
                                         (``scrapy pause``): nothing is leased
+``web:{web}:poison``            LIST    malformed entries moved aside (JSON:
+                                        key, field, entry, length, reason);
+                                        the newest 10,000
+``web:{web}:poison:<key>``      any     a frontier key of the wrong type,
+                                        renamed aside
 ``web:{web}:lock:<id>``         STRING  per-host download lock (token, PX);
                                         id: host, registered domain or IP
 ``web:stats:{web:stats}:fleet``  HASH    fleet totals: counter -> value
@@ -35,6 +40,11 @@ key                             type    what it holds
 ``web:robots:fetch:<host>``     STRING  short lock: one robots fetch per fleet
 ``web:bloom:{web:<n>}:<layer>`` STRING  Bloom filter bitmap shard n of a layer
 ``web:bloom:meta``              HASH    Bloom filter geometry and layer count
+``web:traps:{web:traps:<h>}:``  HLL     distinct URLs of host h admitted by the
+``pages``                               trap filter (``HOST_MAX_PAGES``)
+``web:traps:{web:traps:<h>}:``  HLL     distinct query strings (or dated /
+``v:<path>``                            session-id variants) of one path
+                                        (``TRAP_MAX_QUERY_VARIANTS``)
 ``web:simhash:{web:simhash}:``  SET     near-duplicate band index: page ids
 ``<band>:<block>``                      whose SimHash has that 16-bit block
 ``web:simhash:{web:simhash}:``  HASH    page id -> "<simhash> <content hash>"
@@ -75,6 +85,7 @@ class FrontierKeys:
         self.workers = tagged + "workers"
         self.wal_prefix = tagged + "wal:"
         self.paused = tagged + "paused"
+        self.poison = tagged + "poison"
 
     def queue(self, host: str) -> str:
         return self.queue_prefix + host
@@ -167,7 +178,27 @@ def crawl_patterns(prefix: str) -> list[str]:
         f"{prefix}:bloom:*",
         f"{prefix}:simhash:*",
         f"{prefix}:stats:*",
+        f"{prefix}:traps:*",
     ]
+
+
+def trap_pages(prefix: str, host: str) -> str:
+    """Distinct URLs of a host admitted (HyperLogLog); tagged by host so one
+    script reads it with the host's variant keys on a cluster too.
+
+    >>> trap_pages("web", "http://a.test:80")
+    'web:traps:{web:traps:http://a.test:80}:pages'
+    """
+    return f"{prefix}:traps:{{{prefix}:traps:{host}}}:pages"
+
+
+def trap_variants(prefix: str, host: str, path: str) -> str:
+    """Distinct query strings (or date variants) of one path of a host (HLL).
+
+    >>> trap_variants("web", "http://a.test:80", "/search")
+    'web:traps:{web:traps:http://a.test:80}:v:/search'
+    """
+    return f"{prefix}:traps:{{{prefix}:traps:{host}}}:v:{path}"
 
 
 def host_lock(prefix: str, lock_id: str) -> str:

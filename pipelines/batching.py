@@ -68,6 +68,8 @@ class PreparedPage:
     simhash: int | None = None
     words: int = 0
     links: list[Any] = field(default_factory=list)
+    # The extracted text (not stored: feeds export it, see pipelines.records).
+    text: str = ""
 
     def mark_duplicate(self, dup: Duplicate) -> None:
         """Record that the page duplicates another: its content is not
@@ -156,6 +158,7 @@ def prepare_page(
         words = len(ex.text.split())
         page.words = words
         page.links = ex.links
+        page.text = ex.text
         meta.update(
             encoding=ex.encoding,
             title=ex.title or None,

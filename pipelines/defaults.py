@@ -28,6 +28,8 @@ PIPELINE_RETRY_INITIAL: Annotated[float, Range(above=0)] = 0.5
 PIPELINE_RETRY_MAX: Annotated[float, Range(above=0)] = 30.0
 # Seconds close waits for buffered pages to be written before giving up on them.
 PIPELINE_CLOSE_TIMEOUT: Annotated[float, Range(0)] = 60.0
+# Page records passed on to feeds (-o, FEEDS) also carry the decoded body as "body".
+PIPELINE_ITEM_BODY = False
 # Dotted path of the page store class (empty: MongoStore if MONGO_URI, else SQLiteStore).
 PAGE_STORE = ""
 # MongoDB URI of the page store (empty: the SQLite store under WEBCRAWL_HOME).

@@ -22,9 +22,16 @@ outage during the duplicate check stores the page unchecked (warning once);
 a command Redis refuses (``ResponseError``: out of memory, wrong type) does
 the same but logs at ERROR; any other error is a bug and propagates.
 
+What the pipeline passes on for a page (to feed exports, ``-o``/``FEEDS``)
+is its exported record (:func:`pipelines.records.page_record`): metadata and
+extracted text, the decoded body only with ``PIPELINE_ITEM_BODY``; never the
+lease token, the raw headers or body bytes of the
+:class:`~pipelines.items.PageItem`.
+
 Settings read: ``PIPELINE_BATCH_SIZE``, ``PIPELINE_FLUSH_INTERVAL``,
 ``PIPELINE_MAX_BUFFER``, ``PIPELINE_ZLIB_LEVEL``, ``PIPELINE_RETRY_INITIAL``,
-``PIPELINE_RETRY_MAX``, ``PIPELINE_CLOSE_TIMEOUT``, ``NEARDUP_ENABLED``,
+``PIPELINE_RETRY_MAX``, ``PIPELINE_CLOSE_TIMEOUT``, ``PIPELINE_ITEM_BODY``,
+``NEARDUP_ENABLED``,
 ``NEARDUP_MAX_DISTANCE``, ``NEARDUP_MIN_WORDS``, ``NEARDUP_MAX_CANDIDATES``,
 and the store's (``PAGE_STORE``, ``MONGO_URI``, ``MONGO_DATABASE``,
 ``MONGO_TIMEOUT_MS``, ``SQLITE_PATH``, ``WEBCRAWL_HOME``, see
@@ -46,6 +53,7 @@ from pipelines import defaults
 from pipelines.batching import PageBatcher, PreparedPage, prepare_page
 from pipelines.dedup import EXACT, DuplicateIndex
 from pipelines.items import PageItem
+from pipelines.records import decode_body, page_record
 from pipelines.stores import store_from_settings
 
 if TYPE_CHECKING:
@@ -74,6 +82,7 @@ class StoragePipeline:
         self.retry_initial = s.getfloat("PIPELINE_RETRY_INITIAL")
         self.retry_max = s.getfloat("PIPELINE_RETRY_MAX")
         self.close_timeout = s.getfloat("PIPELINE_CLOSE_TIMEOUT")
+        self.item_body = s.getbool("PIPELINE_ITEM_BODY")
         self.neardup = s.getbool("NEARDUP_ENABLED")
         self.max_distance = s.getint("NEARDUP_MAX_DISTANCE")
         self.min_words = s.getint("NEARDUP_MIN_WORDS")
@@ -132,7 +141,11 @@ class StoragePipeline:
         await self._check_duplicate(page)
         self._count_page(page)
         await self.batcher.put(page)
-        return item
+        self._set("storage/buffer", self.batcher.pending)
+        body = None
+        if self.item_body and not item.error:
+            body = decode_body(item.body, page.metadata["encoding"])
+        return page_record(page.metadata, page.text, body)
 
     async def close_spider(self) -> None:
         if self.batcher is None:
@@ -206,6 +219,8 @@ class StoragePipeline:
             )
         stats = self.crawler.stats
         if stats is not None:
+            if self.batcher is not None:
+                stats.set_value("storage/buffer", self.batcher.pending)
             raw = stats.get_value("storage/bytes/raw", 0)
             packed = stats.get_value("storage/bytes/compressed", 0)
             if packed:
@@ -248,6 +263,10 @@ class StoragePipeline:
     def _retry(self, error: BaseException, attempt: int) -> None:
         # Runs in the writer thread: stats collectors are plain dicts.
         self._inc("storage/retries")
+
+    def _set(self, key: str, value: int) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.set_value(key, value)
 
     def _inc(self, key: str, count: int = 1) -> None:
         if self.crawler.stats is not None:

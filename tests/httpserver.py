@@ -130,6 +130,12 @@ import scrapy
 class TestSpider(scrapy.Spider):
     name = "web"
 
+    @classmethod
+    def from_crawler(cls, crawler, *args, **kwargs):
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        spider.allowed_domains = crawler.settings.getlist("TEST_ALLOWED_DOMAINS")
+        return spider
+
     async def start(self):
         for url in json.loads(os.environ["TEST_URLS"]):
             yield scrapy.Request(url, dont_filter=True, errback=self.failed)
@@ -167,7 +173,7 @@ class Crawl:
             "REDIS_URL": redis_url,
             "DOWNLOADER_MIDDLEWARES": json.dumps(DOWNLOADER_MIDDLEWARES),
             # The middlewares without the rest of the add-on: their defaults.
-            "ADDONS": json.dumps({"tests.utils.InstallDefaults": 0}),
+            "ADDONS": json.dumps({"webcrawl.addon.WebcrawlDefaults": 0}),
             "TELNETCONSOLE_ENABLED": "False",
             "LOG_LEVEL": "INFO",
             "USER_AGENT": defaults.WEBCRAWL_USER_AGENT,

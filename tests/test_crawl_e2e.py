@@ -16,12 +16,12 @@ import pytest
 import redis
 from scrapy.settings import Settings
 
+from demo.fleet import start_worker, stop
+from demo.localcrawl import CrawlReport, crawl_sandbox, sandbox_settings
 from extensions.embedded_redis import RedisProcess
 from extensions.keys import FrontierKeys
 from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec, crawl_delay_map
-from webcrawl.fleet import start_worker, stop
-from webcrawl.localcrawl import CrawlReport, crawl_sandbox
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -38,18 +38,11 @@ SLACK_MS = 15.0
 
 def stored_urls(home: Path) -> dict[str, Any]:
     store = store_from_settings(Settings({"WEBCRAWL_HOME": str(home)}))
-    store.open()
+    store.open(create=False)
     try:
-        return {url: store.get_page(url) for url in _all_urls(store)}
+        return {page.url: page for page in store.iter_pages()}
     finally:
         store.close()
-
-
-def _all_urls(store: Any) -> list[str]:
-    import sqlite3
-
-    with sqlite3.connect(store.path) as db:
-        return [row[0] for row in db.execute("SELECT url FROM pages_metadata")]
 
 
 def assert_complete(report: CrawlReport, home: Path) -> None:
@@ -156,14 +149,7 @@ def test_sigkilled_workers_lose_nothing(redis_url: str, tmp_path: Path) -> None:
                 tmp_path / "logs" / f"restarted-{n}.log",
             )
 
-    worker_settings = {
-        "REDIS_URL": redis_url,
-        "WEBCRAWL_HOME": str(tmp_path),
-        "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
-        "SEED_POLL_INTERVAL": 0.5,
-        "WEB_ALLOWED_DOMAINS": "sandbox.test",
-        "BLOOM_CAPACITY": 1_000_000,
-    }
+    worker_settings = sandbox_settings(redis_url, tmp_path)
     report = crawl_sandbox(
         spec, redis_url, tmp_path, workers=2, settings=settings, during=chaos,
         timeout=300,

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from scrapy.settings import Settings
 
+from demo.fleet import ROOT, start_worker, stop, worker_env
+from demo.localcrawl import reset_crawl
 from extensions.embedded_redis import find_redis_binary, stop_embedded
 from extensions.keys import FrontierKeys, StatsKeys, start_urls
 from sandbox.process import SandboxProcess
 from sandbox.site import SiteSpec
 from webcrawl.addon import install_defaults
-from webcrawl.fleet import ROOT, start_worker, stop, worker_env
-from webcrawl.localcrawl import reset_crawl
 from webcrawl.operate import gather_status
 
 if TYPE_CHECKING:
@@ -121,6 +121,8 @@ def worker_settings(settings: dict[str, object], **extra: object) -> dict[str, o
         "PIPELINE_FLUSH_INTERVAL": 0.2,
         "FRONTIER_HEARTBEAT_INTERVAL": 0.5,
         "WEB_ALLOWED_DOMAINS": "sandbox.test",
+        # The sandbox web is on loopback: lift the SSRF guard.
+        "ALLOW_PRIVATE_ADDRESSES": True,
         "LOG_LEVEL": "INFO",
         **extra,
     }

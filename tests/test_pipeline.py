@@ -18,6 +18,7 @@ from pipelines import defaults
 from pipelines.batching import PageBatcher, PreparedPage, prepare_page
 from pipelines.dedup import EXACT, NEAR, DuplicateIndex
 from pipelines.items import PageItem
+from pipelines.records import RECORD_FIELDS
 from pipelines.storage import StoragePipeline
 from pipelines.stores.base import BatchResult, TransientStoreError
 from pipelines.stores.sqlite import SQLiteStore
@@ -226,7 +227,10 @@ def test_scrapy_glue_stores_dedups_and_signals(redis_url: str, tmp_path: Path) -
     async def main() -> None:
         await pipe.open_spider()
         for it in items:
-            assert await pipe.process_item(it) is it
+            record = await pipe.process_item(it)
+            # What feeds export: the page's record, not the item.
+            assert record["url"] == it.url
+            assert set(record) == set(RECORD_FIELDS)
         assert await pipe.process_item({"other": 1}) == {"other": 1}
         await pipe.close_spider()
 
@@ -242,6 +246,36 @@ def test_scrapy_glue_stores_dedups_and_signals(redis_url: str, tmp_path: Path) -
     assert near.body == items[0].body
     err = store.get_page("http://a.test/err")
     assert err is not None and err.body is None and err.metadata["error"] == "boom"
+
+
+@pytest.mark.parametrize("with_body", [False, True])
+def test_passes_on_the_page_record_body_only_when_asked(
+    with_body: bool, tmp_path: Path
+) -> None:
+    settings: dict[str, Any] = {
+        "SQLITE_PATH": str(tmp_path / "pages.sqlite3"),
+        "NEARDUP_ENABLED": False,
+    }
+    if with_body:
+        settings["PIPELINE_ITEM_BODY"] = True
+    crawler = get_crawler(settings_dict=settings)
+    pipe = build_from_crawler(StoragePipeline, crawler)
+    page = item("b", lease="lease-token", worker="w1")
+
+    async def main() -> Any:
+        await pipe.open_spider()
+        record = await pipe.process_item(page)
+        await pipe.close_spider()
+        return record
+
+    record = run(main())
+    assert record["text"] == " ".join(f"pageb {w}" for w in WORDS[:60])
+    assert "lease-token" not in record.values()
+    if with_body:
+        assert record["body"] == page.body.decode()
+    else:
+        assert "body" not in record
+        assert defaults.PIPELINE_ITEM_BODY is False
 
 
 @pytest.mark.parametrize(
