@@ -137,12 +137,16 @@ def test_seed_reports_invalid_lines_by_number(
         "ftp://b.sandbox.test/",
         '{"url": "http://c.sandbox.test/", "priority": 5}',
         '{"url": 5}',
+        "http://d.sandbox.test/" + "x" * 100,
         "",
     ]
-    done = scrapy("seed", "-", settings=settings, stdin="\n".join(lines))
+    # The workers' URL length limit applies here too.
+    limited = {**settings, "URLLENGTH_LIMIT": 100}
+    done = scrapy("seed", "-", settings=limited, stdin="\n".join(lines))
     assert done.returncode == 1
     assert "-:3: scheme must be http or https" in done.stderr
     assert '-:5: a JSON seed needs a "url" string' in done.stderr
+    assert "-:6: " in done.stderr and "-:4: " not in done.stderr
     assert "Pushed 2 seeds" in done.stdout
     # Taken from the tail: the first line comes out first.
     assert redis_client.lrange(start_urls("web"), 0, -1) == [

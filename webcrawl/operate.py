@@ -37,7 +37,7 @@ from extensions.keys import (
     start_urls,
 )
 from extensions.redact import redact_url
-from extensions.seeds import InvalidSeed, parse_seed
+from extensions.seeds import URL_LENGTH_LIMIT, InvalidSeed, parse_seed
 from pipelines.stores import store_from_settings
 from webcrawl.addon import DEFAULTS, install_defaults
 
@@ -271,10 +271,11 @@ def render_status(s: dict[str, Any]) -> str:
 
 
 def check_seed_lines(
-    lines: Iterable[str],
+    lines: Iterable[str], max_url_length: int = URL_LENGTH_LIMIT
 ) -> tuple[list[str], list[tuple[int, str, str]]]:
-    """Valid seed entries, and (line number, line, why) for the invalid ones.
-    Blank lines and ``#`` comments are skipped.
+    """Valid seed entries, and (line number, line, why) for the invalid ones,
+    judged by the parser the workers use (:func:`extensions.seeds.parse_seed`)
+    with the same URL length limit. Blank lines and ``#`` comments are skipped.
 
     >>> valid, invalid = check_seed_lines(["http://a.test/", "", "# c", "ftp://b/"])
     >>> valid, invalid
@@ -287,7 +288,7 @@ def check_seed_lines(
         if not line or line.startswith("#"):
             continue
         try:
-            parse_seed(line)
+            parse_seed(line, max_url_length)
         except InvalidSeed as exc:
             invalid.append((number, line, str(exc)))
         else:

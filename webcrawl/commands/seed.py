@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import UsageError
 
+from extensions.seeds import URL_LENGTH_LIMIT
 from webcrawl.operate import OperatorCommand, check_seed_lines, push_seeds
 
 if TYPE_CHECKING:
@@ -36,7 +37,9 @@ class Command(OperatorCommand):
         else:
             with open(args[0], encoding="utf-8", errors="replace") as f:
                 lines = f.read().splitlines()
-        valid, invalid = check_seed_lines(lines)
+        # The spider's limit (webcrawl.spiders.web): 0 keeps Scrapy's default.
+        limit = self.crawl_settings().getint("URLLENGTH_LIMIT") or URL_LENGTH_LIMIT
+        valid, invalid = check_seed_lines(lines, limit)
         for number, line, why in invalid:
             print(f"{args[0]}:{number}: {why}: {line[:200]}", file=sys.stderr)
         pushed = self.call(push_seeds, valid, opts.crawl) if valid else 0
