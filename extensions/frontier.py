@@ -340,6 +340,7 @@ class FrontierOverview:
     hosts_parked: int = 0
     leased: int = 0  # leases outstanding, fleet-wide
     paused: bool = False
+    poisoned: int = 0  # entries in the poison list (malformed, set aside)
     # The lease closest to its deadline (the oldest unrenewed one): its id
     # (``<worker>:<n>``) and seconds until it may be reclaimed.
     next_lease_expiry: tuple[str, float] | None = None
@@ -564,9 +565,12 @@ class Frontier:
             pipe.zcard(k.leases)
             pipe.zrange(k.leases, 0, 0, withscores=True)
             pipe.exists(k.paused)
-            (sec, usec), hosts, leased, first, paused = await pipe.execute()
+            pipe.llen(k.poison)
+            (sec, usec), hosts, leased, first, paused, poison = await pipe.execute()
         now = int(sec) * 1000 + int(usec) // 1000
-        view = FrontierOverview(now_ms=now, leased=int(leased), paused=bool(paused))
+        view = FrontierOverview(
+            now_ms=now, leased=int(leased), paused=bool(paused), poisoned=int(poison)
+        )
         sizes: list[tuple[int, str]] = []
         for i in range(0, len(hosts), 500):
             chunk = hosts[i : i + 500]

@@ -125,9 +125,10 @@ def test_overview_counts_hosts_by_state(redis_url: str) -> None:
         await f.lease(1, "w1", 60_000, default_delay_ms=60_000)
         sec, _ = await client.time()
         await client.hset(f.keys.host("http://c.test:80"), "park", (sec + 60) * 1000)
+        await client.rpush(f.keys.poison, '{"reason": "test"}')
         view = await f.overview()
         await client.aclose()
-        assert view.queued == 5 and view.leased == 1
+        assert view.queued == 5 and view.leased == 1 and view.poisoned == 1
         assert (view.hosts_ready, view.hosts_waiting, view.hosts_parked) == (1, 1, 1)
         assert view.top_hosts == [(hosts[2], 3), (hosts[0], 1), (hosts[1], 1)]
         assert view.next_lease_expiry is not None

@@ -128,6 +128,7 @@ async def gather_status(
         "crawl": crawl,
         "time_ms": fv.now_ms,
         "paused": fv.paused,
+        "poisoned": fv.poisoned,
         "queued": fv.queued,
         "leased": fv.leased,
         "hosts": {
@@ -231,7 +232,8 @@ def render_status(s: dict[str, Any]) -> str:
             if s["dlq_by_reason"]
             else ""
         ),
-        f"  seeds       {s['seeds_pending']} pending, {s['seeds_invalid']} invalid",
+        f"  seeds       {s['seeds_pending']} pending, {s['seeds_invalid']} invalid; "
+        f"{s['poisoned']} malformed frontier entries set aside",
         f"  store       {_num(s['pages_stored'])} pages stored, "
         f"{s['duplicates'] if s['duplicates'] is not None else '?'} without own content"
         f" ({s['store']})",
