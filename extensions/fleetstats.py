@@ -369,7 +369,10 @@ class FleetStats:
         return when
 
     async def log_line(self) -> None:
-        """One line a person can read: the fleet's rate, depth and leases."""
+        """One line a person can read: the fleet's rate, depth and leases.
+
+        The depth is a pipelined ZCARD per queued host (O(hosts)), once per
+        ``LOGSTATS_INTERVAL``: fine for monitoring, never on the hot path."""
         assert self._client is not None
         view = await fleet_view(
             self._client, self.prefix, self.lease_timeout_ms, self._frontier
