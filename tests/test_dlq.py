@@ -16,11 +16,12 @@ from scrapy import Request
 from demo.fleet import ROOT, worker_env
 from extensions.dlq import DeadLetters, dead_letter
 from extensions.failures import FAILURE_META
-from extensions.frontier import Frontier
+from extensions.frontier import Frontier, QueuedRequest
 from extensions.serialization import request_from_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+    from pathlib import Path
 
 
 def run(redis_url: str, body: Callable[[DeadLetters], Awaitable[Any]]) -> Any:
@@ -41,9 +42,12 @@ def failed(url: str, reason: str, attempts: int = 2, **meta: Any) -> Request:
     return Request(url, priority=3, meta={FAILURE_META: record, "depth": 2, **meta})
 
 
-def scrapy_dlq(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def scrapy_dlq(
+    redis_url: str, *args: str, command: str = "dlq"
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "scrapy", "dlq", *args, "-s", f"REDIS_URL={redis_url}"],
+        [sys.executable, "-m", "scrapy", command, *args,
+         "-s", f"REDIS_URL={redis_url}"],
         cwd=ROOT, env=worker_env(), capture_output=True, text=True, timeout=60,
         check=False,
     )  # fmt: skip
@@ -129,3 +133,27 @@ def test_scrapy_dlq_list_requeue_purge(redis_url: str) -> None:
     purged = scrapy_dlq(redis_url, "purge", "--host", "c.test")
     assert "1 dead letters purged" in purged.stdout
     assert run(redis_url, lambda dlq: dlq.sizes()) == {}
+
+
+def test_scrapy_status_reads_the_dead_letter_queue(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async def fill(dlq: DeadLetters) -> None:
+        await dlq.add(
+            [
+                dead_letter(failed("http://a.test/1", "dns"), None, "dns"),
+                dead_letter(failed("http://a.test/2", "dns"), None, "dns"),
+                dead_letter(failed("http://c.test/3", "tls"), None, "tls"),
+            ]
+        )
+        retry = QueuedRequest("http://a.test:80", 0, b"http://a.test/r", 60_000)
+        await Frontier(dlq.client, "web").commit([retry])
+
+    run(redis_url, fill)
+    home = f"WEBCRAWL_HOME={tmp_path}"
+    shown = scrapy_dlq(redis_url, "--json", "-s", home, command="status")
+    assert shown.returncode == 0, shown.stderr
+    status = json.loads(shown.stdout)
+    assert status["dlq"] == 3
+    assert status["dlq_by_reason"] == {"dns": 2, "tls": 1}
+    assert status["retries_pending"] == 1

@@ -18,24 +18,20 @@ error, attempts and failure times.
 (``http://a.test:80``). ``--crawl`` names the crawl (the spider name,
 ``web``).
 
-Settings read: ``REDIS_URL`` and ``WEBCRAWL_HOME`` (``-s``, the project
-settings or the environment, as the workers read them).
+Settings read: those of :class:`webcrawl.operate.OperatorCommand` (the
+workers' settings: ``REDIS_URL``, its ``_FILE``, ``WEBCRAWL_HOME``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-import redis.asyncio as aredis
-from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from extensions import config
 from extensions.dlq import DeadLetters
-from extensions.embedded_redis import ensure_embedded, webcrawl_home
+from webcrawl.operate import OperatorCommand, client_for
 
 if TYPE_CHECKING:
     import argparse
@@ -43,13 +39,6 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 ACTIONS = ("list", "requeue", "purge")
-
-
-def redis_url(settings: BaseSettings) -> str:
-    """The crawl's Redis, found the way the add-on finds it for workers."""
-    return config.setting_or_env(settings, "REDIS_URL") or ensure_embedded(
-        webcrawl_home(settings)
-    )
 
 
 def describe(entry: dict[str, Any]) -> str:
@@ -63,11 +52,36 @@ def describe(entry: dict[str, Any]) -> str:
     return f"{entry['reason']}\t{entry['attempts']}\t{last}\t{entry['url']}"
 
 
-class Command(ScrapyCommand):
-    requires_project = True
-    requires_crawler_process = False
-    default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "WARNING"}
+async def dlq_action(
+    settings: BaseSettings, action: str, opts: argparse.Namespace
+) -> None:
+    client = client_for(settings)
+    try:
+        dlq = DeadLetters(client, opts.crawl)
+        if action == "list":
+            entries = await dlq.entries(opts.reason, opts.host)
+            if opts.json:
+                json.dump(entries, sys.stdout, indent=1)
+                print()
+                return
+            for entry in entries:
+                print(describe(entry))
+            sizes: dict[str, int] = {}
+            for entry in entries:
+                sizes[entry["reason"]] = sizes.get(entry["reason"], 0) + 1
+            summary = ", ".join(f"{r}: {n}" for r, n in sorted(sizes.items()))
+            print(f"{len(entries)} dead letters ({summary or 'none'})")
+        elif action == "requeue":
+            n = await dlq.requeue(opts.reason, opts.host)
+            print(f"{n} requests re-queued")
+        else:
+            n = await dlq.purge(opts.reason, opts.host)
+            print(f"{n} dead letters purged")
+    finally:
+        await client.aclose()
 
+
+class Command(OperatorCommand):
     def syntax(self) -> str:
         return "list|requeue|purge [--reason R] [--host H] [--json] [--all]"
 
@@ -85,7 +99,6 @@ class Command(ScrapyCommand):
         parser.add_argument(
             "--all", action="store_true", help="purge: every entry (no filter)"
         )
-        parser.add_argument("--crawl", default="web", help="crawl (spider) name")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if len(args) != 1 or args[0] not in ACTIONS:
@@ -93,32 +106,4 @@ class Command(ScrapyCommand):
         action = args[0]
         if action == "purge" and not (opts.reason or opts.host or opts.all):
             raise UsageError("purge: give --reason, --host or --all")
-        assert self.settings is not None
-        url = redis_url(self.settings)
-        asyncio.run(self._run(url, action, opts))
-
-    async def _run(self, url: str, action: str, opts: argparse.Namespace) -> None:
-        client = aredis.Redis.from_url(url)
-        try:
-            dlq = DeadLetters(client, opts.crawl)
-            if action == "list":
-                entries = await dlq.entries(opts.reason, opts.host)
-                if opts.json:
-                    json.dump(entries, sys.stdout, indent=1)
-                    print()
-                    return
-                for entry in entries:
-                    print(describe(entry))
-                sizes: dict[str, int] = {}
-                for entry in entries:
-                    sizes[entry["reason"]] = sizes.get(entry["reason"], 0) + 1
-                summary = ", ".join(f"{r}: {n}" for r, n in sorted(sizes.items()))
-                print(f"{len(entries)} dead letters ({summary or 'none'})")
-            elif action == "requeue":
-                n = await dlq.requeue(opts.reason, opts.host)
-                print(f"{n} requests re-queued")
-            else:
-                n = await dlq.purge(opts.reason, opts.host)
-                print(f"{n} dead letters purged")
-        finally:
-            await client.aclose()
+        self.call(dlq_action, action, opts)
