@@ -76,7 +76,7 @@ COUNTERS: dict[str, tuple[str, ...]] = {
 IGNORED = "downloader/exception_type_count/scrapy.exceptions.IgnoreRequest"
 # Stats whose every key under the prefix is folded under its own name.
 STATUS_PREFIX = "downloader/response_status_count/"
-DLQ_PREFIX = "dlq/"  # issue 12's dead-letter queue, when it lands
+DLQ_PREFIX = "dlq/"  # dead letters written, by reason (extensions.dlq)
 
 # Fields of a worker record that are not counters.
 INFO_FIELDS = (
