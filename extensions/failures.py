@@ -345,9 +345,9 @@ class FailurePolicyMiddleware:
         self, request: Request, exception: Exception
     ) -> Request | None:
         reason = classify_exception(exception)
-        if reason is None:
-            return None
-        if request.meta.get("dont_retry") and reason in POLICIES:
+        if reason is None or request.meta.get("dont_retry"):
+            # dont_retry (robots.txt fetches, a spider's own choice): no
+            # policy; the errback still classifies a final failure.
             return None
         error = f"{type(exception).__name__}: {exception}"[:500]
         return self._decide(request, reason, None, error, None)
