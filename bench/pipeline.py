@@ -154,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'zlib':<52}{'ratio':>8}{'MB/s':>9}")
     for label, bodies in corpora:
         for lv in (1, 6):
-            r, speed = zlib_figures(bodies, lv, args.repeats)
-            print(f"  level {lv}, {label:<42}{r:>8.2f}{speed:>9.1f}")
+            packed, speed = zlib_figures(bodies, lv, args.repeats)
+            print(f"  level {lv}, {label:<42}{packed:>8.2f}{speed:>9.1f}")
     with tempfile.TemporaryDirectory() as tmp:
         sqlite = asyncio.run(through(SQLiteStore(Path(tmp) / "b.sqlite3"), docs, level))
     import mongomock

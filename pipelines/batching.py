@@ -145,7 +145,8 @@ def prepare_page(
         return page
     is_html = ctype is None or any(t in ctype.lower() for t in _HTML_TYPES)
     if is_html:
-        ex = extract(body, meta["final_url"], headers, item.encoding)
+        # The spider parsed the page already (links, robots meta): one parse.
+        ex = item.extracted or extract(body, meta["final_url"], headers, item.encoding)
         words = len(ex.text.split())
         page.words = words
         page.links = ex.links

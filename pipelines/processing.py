@@ -7,117 +7,43 @@ Pure functions, no I/O and no settings: the storage pipeline
   w3lib implements: a byte-order mark, then the HTTP ``Content-Type`` charset,
   then ``<meta charset>``, then detection (charset-normalizer); undecodable
   bytes become U+FFFD, so no byte sequence raises.
-* Extraction (:func:`extract`) is a lean lxml extractor: title, meta
-  description, canonical link, language, outlinks with anchor text and
-  ``rel=nofollow``, meta robots and ``X-Robots-Tag``, and the main text with
-  boilerplate (navigation, headers, footers, asides, forms, link lists and
-  elements whose class or id says ``nav``, ``menu``, ``cookie``...) removed.
-  ``bench/pipeline.py`` compares it with trafilatura and resiliparse.
+* Extraction (:func:`extract`) parses the page once with resiliparse (lexbor,
+  a C HTML5 parser): title, meta description, canonical link, language,
+  outlinks with anchor text and ``rel=nofollow``, the robots directives of
+  ``<meta name=robots>`` and ``X-Robots-Tag`` (one rule, :func:`robots_tokens`),
+  and the main text by resiliparse's main-content heuristics
+  (:func:`main_text`, the one place the extractor is chosen). The choice was
+  measured against the previous lxml extractor and trafilatura on
+  python3-doc, postgresql-doc and sandbox pages: ``python -m bench.extractors``,
+  table in bench/RESULTS.md.
 * Fingerprints: :func:`content_hash` (SHA-256 of the normalized text) for
   exact duplicates and :func:`simhash` (64 bits over word 3-shingles) for near
-  duplicates, compared by :func:`hamming`.
+  duplicates, compared by :func:`hamming`. SimHash hashes its shingles and
+  counts their bits without a Python-level loop per shingle (numpy).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
-import lxml.etree
 import mmh3
+import numpy as np
+from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.html import HTMLTree
 from w3lib.encoding import html_to_unicode, resolve_encoding
 from w3lib.url import safe_url_string
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-    from lxml.etree import _Element
-
-# Elements whose text is never page content.
-_DROP_TAGS = frozenset(
-    {
-        "script",
-        "style",
-        "noscript",
-        "template",
-        "svg",
-        "math",
-        "iframe",
-        "object",
-        "embed",
-        "canvas",
-        "select",
-        "button",
-        "head",
-    }
-)
-# Elements that are boilerplate by their role in a page layout.
-_BOILERPLATE_TAGS = frozenset({"nav", "header", "footer", "aside", "form", "dialog"})
-_BOILERPLATE_ROLES = frozenset(
-    {"navigation", "banner", "contentinfo", "complementary", "search", "menu"}
-)
-# class/id words that mark boilerplate blocks (matched as whole words).
-_BOILERPLATE_RE = re.compile(
-    r"(?:^|[\s_-])(?:nav|navbar|navigation|menu|menubar|footer|header|sidebar|"
-    r"breadcrumbs?|cookies?|consent|banner|advert|ads|ad|sponsor|promo|share|"
-    r"social|related|comments?|widget|popup|modal|newsletter|subscribe|"
-    r"pagination|pager|skip|toc)(?:$|[\s_-])",
-    re.IGNORECASE,
-)
-_MAIN_XPATH = (
-    "//main | //article | //*[@role='main'] | //*[@id='content'] | "
-    "//*[@id='main'] | //*[@itemprop='articleBody']"
-)
-# Block elements: their text starts a new line.
-_BLOCK_TAGS = frozenset(
-    {
-        "p",
-        "div",
-        "section",
-        "article",
-        "main",
-        "h1",
-        "h2",
-        "h3",
-        "h4",
-        "h5",
-        "h6",
-        "li",
-        "ul",
-        "ol",
-        "dl",
-        "dt",
-        "dd",
-        "pre",
-        "blockquote",
-        "table",
-        "tr",
-        "td",
-        "th",
-        "br",
-        "hr",
-        "figure",
-        "figcaption",
-        "address",
-        "body",
-    }
-)
-# A container whose text is mostly anchor text is a link list (menus, tag
-# clouds, "related" boxes); 0.6 keeps prose paragraphs that cite many links.
-_LINK_DENSITY_MAX = 0.6
-_LINK_LIST_TAGS = frozenset({"ul", "ol", "div", "section", "table", "p", "dl"})
 _WS_RE = re.compile(r"\s+")
-# Marks block boundaries in the serialized text (a private-use character).
-_BLOCK_MARK = "\ue000"
-# Characters XML (and so lxml) refuses in text.
-_CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
 _SHINGLE = 3
-_MASK64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
@@ -209,13 +135,13 @@ def decode_html(
     return encoding, text
 
 
-def _robots_tokens(values: Iterable[str]) -> set[str]:
+def robots_tokens(values: Iterable[str]) -> set[str]:
     """Directives of meta robots / X-Robots-Tag values that apply to every
     crawler (``googlebot: noindex`` names another crawler and is ignored).
 
-    >>> sorted(_robots_tokens(["NoIndex, follow", "otherbot: nofollow"]))
+    >>> sorted(robots_tokens(["NoIndex, follow", "otherbot: nofollow"]))
     ['follow', 'noindex']
-    >>> sorted(_robots_tokens(["none"]))
+    >>> sorted(robots_tokens(["none"]))
     ['nofollow', 'noindex', 'none']
     """
     tokens: set[str] = set()
@@ -237,107 +163,43 @@ def _robots_tokens(values: Iterable[str]) -> set[str]:
     return tokens
 
 
+def robots_directives(
+    headers: Mapping[str, Sequence[str | bytes]], meta_contents: Iterable[str]
+) -> tuple[bool, bool]:
+    """``(noindex, nofollow)`` of a page: the one rule the spider (which links
+    to follow) and the pipeline (what to index) share. ``X-Robots-Tag``
+    headers and ``<meta name=robots>`` contents add up; ``none`` means both.
+
+    >>> robots_directives({"X-Robots-Tag": ["noindex"]}, ["nofollow"])
+    (True, True)
+    >>> robots_directives({}, ["none"])
+    (True, True)
+    >>> robots_directives({}, ["otherbot: none", "index, follow"])
+    (False, False)
+    """
+    tokens = robots_tokens(
+        itertools.chain(header_values(headers, "X-Robots-Tag"), meta_contents)
+    )
+    return "noindex" in tokens, "nofollow" in tokens
+
+
 def _clean(text: str | None) -> str:
     return _WS_RE.sub(" ", text or "").strip()
 
 
-def _parse(text: str) -> _Element | None:
-    parser = lxml.etree.HTMLParser(
-        encoding="utf-8", remove_comments=True, remove_pis=True, recover=True
+def main_text(tree: HTMLTree) -> str:
+    """The page's main text, one line per block: resiliparse's main-content
+    extraction (navigation, headers, footers, asides, boilerplate classes and
+    link lists dropped). The one function that picks the extractor; see
+    ``bench/extractors.py`` for why this one."""
+    text = extract_plain_text(
+        tree,
+        main_content=True,
+        list_bullets=False,
+        alt_texts=False,
+        comments=False,
     )
-    text = _CONTROL_RE.sub("", text.replace(_BLOCK_MARK, " "))
-    data = text.encode("utf-8", "replace")
-    try:
-        root = lxml.etree.fromstring(data, parser) if data.strip() else None
-    except (lxml.etree.ParserError, ValueError):
-        return None
-    if root is None or not isinstance(root.tag, str):
-        return None
-    return root
-
-
-def _is_boilerplate(el: _Element) -> bool:
-    if el.tag in _BOILERPLATE_TAGS:
-        return True
-    attrib = el.attrib
-    if not attrib:
-        return False
-    if (attrib.get("role") or "").lower() in _BOILERPLATE_ROLES:
-        return True
-    if "hidden" in attrib or attrib.get("aria-hidden") == "true":
-        return True
-    marker = f"{attrib.get('class') or ''} {attrib.get('id') or ''}"
-    return bool(marker.strip()) and _BOILERPLATE_RE.search(marker) is not None
-
-
-def _text_of(el: _Element) -> str:
-    return _clean("".join(el.itertext()))
-
-
-def _remove_keep_tail(el: _Element) -> None:
-    parent = el.getparent()
-    if parent is None:
-        return
-    tail = el.tail
-    prev = el.getprevious()
-    parent.remove(el)
-    if tail:
-        if prev is not None:
-            prev.tail = (prev.tail or "") + tail
-        else:
-            parent.text = (parent.text or "") + tail
-
-
-def _prune(el: _Element) -> tuple[int, int, bool]:
-    """Remove boilerplate below ``el`` in one pass; return the text length
-    and anchor-text length left under it, and whether ``el`` itself is a link
-    list its parent should remove."""
-    total = len((el.text or "").strip())
-    linked = 0
-    for child in list(el):
-        if isinstance(child.tag, str):
-            if child.tag in _DROP_TAGS or _is_boilerplate(child):
-                tail = len((child.tail or "").strip())
-                _remove_keep_tail(child)
-                total += tail
-                continue
-            sub_total, sub_linked, link_list = _prune(child)
-            if link_list:
-                tail = len((child.tail or "").strip())
-                _remove_keep_tail(child)
-                total += tail
-                continue
-            total += sub_total
-            linked += sub_linked
-        total += len((child.tail or "").strip())
-    if el.tag == "a":
-        linked = total
-    link_list = (
-        el.tag in _LINK_LIST_TAGS and total > 0 and linked / total > _LINK_DENSITY_MAX
-    )
-    return total, linked, link_list
-
-
-def _main_text(root: _Element) -> str:
-    body = root.find("body")
-    scope = body if body is not None else root
-    # Prefer the page's declared main content when it holds real text.
-    candidates = [
-        el for el in scope.xpath(_MAIN_XPATH) if isinstance(el, lxml.etree._Element)
-    ]
-    if candidates:
-        best = max(candidates, key=lambda el: len(_text_of(el)))
-        if len(_text_of(best)) >= 0.25 * len(_text_of(scope)):
-            scope = best
-    _prune(scope)
-    # Mark block boundaries with newlines, then let libxml2 serialize the text.
-    for el in scope.iter(*_BLOCK_TAGS):
-        el.text = _BLOCK_MARK + (el.text or "")
-        el.tail = _BLOCK_MARK + (el.tail or "")
-    text = lxml.etree.tostring(
-        scope, method="text", encoding="unicode", with_tail=False
-    )
-    cleaned = (_clean(line) for line in text.split(_BLOCK_MARK))
+    cleaned = (_clean(line) for line in str(text).splitlines())
     return "\n".join(line for line in cleaned if line)
 
 
@@ -354,13 +216,24 @@ def _absolute(base: str, href: str) -> str | None:
     return url.split("#", 1)[0]
 
 
+def _parse(text: str) -> HTMLTree | None:
+    # lexbor parses any string (HTML5 error recovery); NUL bytes are the one
+    # thing it refuses.
+    try:
+        tree = HTMLTree.parse(text.replace("\x00", ""))
+    except (ValueError, RuntimeError):
+        return None
+    return tree if tree.document is not None else None
+
+
 def extract(
     body: bytes,
     url: str,
     headers: Mapping[str, Sequence[str | bytes]] | None = None,
     encoding: str | None = None,
 ) -> Extracted:
-    """Extract what the pipeline stores and the crawler follows from a page.
+    """Extract what the pipeline stores and the crawler follows from a page,
+    with one parse.
 
     Malformed HTML yields what can be extracted; bytes never raise.
 
@@ -382,54 +255,45 @@ def extract(
     ctype = next(iter(header_values(headers, "Content-Type")), None)
     enc, text = decode_html(body, ctype, encoding)
     out = Extracted(encoding=enc)
-    header_robots = _robots_tokens(header_values(headers, "X-Robots-Tag"))
-    out.noindex = "noindex" in header_robots
-    out.nofollow = "nofollow" in header_robots
-    root = _parse(text)
-    if root is None:
+    tree = _parse(text)
+    doc = tree.document if tree is not None else None
+    if tree is None or doc is None:
+        out.noindex, out.nofollow = robots_directives(headers, ())
         out.text = _clean(text.replace("\x00", ""))
         return out
     base = url
-    for el in root.iter("base"):
-        if el.get("href"):
-            base = urljoin(url, el.get("href", ""))
-            break
-    title = root.find(".//title")
-    if title is not None:
-        out.title = _text_of(title)
+    base_el = doc.query_selector("base[href]")
+    if base_el is not None:
+        base = urljoin(url, base_el.getattr("href", "") or "")
+    out.title = _clean(tree.title)
     meta_robots: list[str] = []
-    for meta in root.iter("meta"):
-        name = (meta.get("name") or meta.get("property") or "").lower()
-        content = meta.get("content") or ""
+    for meta in doc.query_selector_all("meta"):
+        name = (meta.getattr("name") or meta.getattr("property") or "").lower()
+        content = meta.getattr("content") or ""
         if name == "description" and not out.description:
             out.description = _clean(content)
         elif name in {"robots", "*"}:
             meta_robots.append(content)
         elif (
-            meta.get("http-equiv") or ""
+            meta.getattr("http-equiv") or ""
         ).lower() == "content-language" and not out.language:
             out.language = _clean(content).split(",")[0] or None
-    tokens = _robots_tokens(meta_robots)
-    out.noindex = out.noindex or "noindex" in tokens
-    out.nofollow = out.nofollow or "nofollow" in tokens
-    for link in root.iter("link"):
-        rels = (link.get("rel") or "").lower().split()
-        if "canonical" in rels and link.get("href"):
-            out.canonical = _absolute(base, link.get("href", ""))
+    out.noindex, out.nofollow = robots_directives(headers, meta_robots)
+    for link in doc.query_selector_all("link[rel][href]"):
+        if "canonical" in (link.getattr("rel") or "").lower().split():
+            out.canonical = _absolute(base, link.getattr("href") or "")
             break
-    lang = root.get("lang") or root.get("{http://www.w3.org/XML/1998/namespace}lang")
+    html = doc.query_selector("html")
+    lang = html.getattr("lang") or html.getattr("xml:lang") if html else None
     if lang:
         out.language = _clean(lang) or out.language
-    for a in root.iter("a", "area"):
-        href = a.get("href")
-        if href is None:
-            continue
-        absolute = _absolute(base, href)
+    for a in doc.query_selector_all("a[href], area[href]"):
+        absolute = _absolute(base, a.getattr("href") or "")
         if absolute is None:
             continue
-        rel = (a.get("rel") or "").lower().split()
-        out.links.append(Link(absolute, _text_of(a), "nofollow" in rel))
-    out.text = _main_text(root)
+        rel = (a.getattr("rel") or "").lower().split()
+        out.links.append(Link(absolute, _clean(a.text), "nofollow" in rel))
+    out.text = main_text(tree)
     return out
 
 
@@ -451,25 +315,27 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(normalize_text(text).encode("utf-8")).hexdigest()
 
 
-def shingles(words: Sequence[str], size: int = _SHINGLE) -> Counter[str]:
-    """Word shingles with their counts (the whole text when it is shorter).
+def shingles(words: Sequence[str], size: int = _SHINGLE) -> Iterator[str]:
+    """Word shingles, one per position (the whole text when it is shorter).
 
-    >>> sorted(shingles("a b c d".split()))
+    >>> list(shingles("a b c d".split()))
     ['a b c', 'b c d']
+    >>> list(shingles(["a", "b"])), list(shingles([]))
+    (['a b'], [])
     """
     if len(words) < size:
-        return Counter([" ".join(words)]) if words else Counter()
-    return Counter(" ".join(words[i : i + size]) for i in range(len(words) - size + 1))
-
-
-# _BIT_TABLES[b] maps a byte to 1 when its bit b is set, else to 0.
-_BIT_TABLES = [bytes((v >> b) & 1 for v in range(256)) for b in range(8)]
+        return iter([" ".join(words)] if words else [])
+    # map/zip run in C: no Python frame per shingle.
+    return map(" ".join, zip(*(words[i:] for i in range(size)), strict=False))
 
 
 def simhash(text: str) -> int:
-    """64-bit SimHash of the text's word 3-shingles (MurmurHash3 x64).
+    """64-bit SimHash of the text's word 3-shingles (MurmurHash3 x64, the
+    first 64 bits of ``mmh3.hash64``), a shingle counted once per occurrence.
 
-    Near-identical texts differ in few bits; an empty text hashes to 0.
+    Near-identical texts differ in few bits; an empty text hashes to 0. The
+    bits are those of webcrawl 0.1's per-shingle loop (the tests pin values),
+    so a duplicate index built by older workers stays valid.
 
     >>> words = [f"w{i}" for i in range(3000)]
     >>> a = simhash(" ".join(words))
@@ -477,26 +343,24 @@ def simhash(text: str) -> int:
     >>> hamming(a, a), hamming(a, b) <= 3, simhash("")
     (0, True, 0)
     """
-    grams = shingles(normalize_text(text).split())
-    if not grams:
-        return 0
-    # Lay the hashes out as bytes (a shingle seen w times is repeated w
-    # times), then count, for each of the 64 bits, how many hashes have it
-    # set: one C-speed translate + count per bit over a byte column, instead
-    # of a Python loop over 64 bits per shingle.
-    data = b"".join(
-        mmh3.hash64(gram, signed=False)[0].to_bytes(8, "little") * weight
-        for gram, weight in grams.items()
+    grams = shingles(_WORD_RE.findall(text.lower()))
+    # One C-level pass hashes every shingle (mmh3 returns two signed 64-bit
+    # halves; the first, as unsigned, is the shingle's hash) ...
+    halves = np.fromiter(
+        itertools.chain.from_iterable(map(mmh3.hash64, grams)), dtype=np.int64
     )
-    total = len(data) // 8
-    result = 0
-    for i in range(8):
-        column = data[i::8]
-        for bit in range(8):
-            # A bit is set when more than half of the weight votes for it.
-            if 2 * column.translate(_BIT_TABLES[bit]).count(1) > total:
-                result |= 1 << (8 * i + bit)
-    return result & _MASK64
+    if not halves.size:
+        return 0
+    hashes = halves[::2].astype("<u8")
+    # ... then count, for each of the 64 bits, how many hashes have it set:
+    # bit p of a little-endian word is bit p % 8 of its byte p // 8.
+    bits = np.unpackbits(
+        hashes.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little"
+    )
+    counts = bits.sum(axis=0, dtype=np.int64)
+    # A bit is set when more than half of the shingles vote for it.
+    voted = np.packbits(2 * counts > hashes.size, bitorder="little")
+    return int(voted.view("<u8")[0])
 
 
 def hamming(a: int, b: int) -> int:

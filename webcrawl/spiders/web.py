@@ -31,14 +31,16 @@ from urllib.parse import urlsplit
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import HtmlResponse, Response
-from scrapy.linkextractors import LinkExtractor
+from scrapy.linkextractors import IGNORED_EXTENSIONS
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.gz import gunzip
 from scrapy.utils.sitemap import Sitemap
+from scrapy.utils.url import url_has_any_extension
 
 from extensions.connection import async_client
 from extensions.scheduler import LEASE_META
 from extensions.seeds import SeedList
+from pipelines.processing import extract
 from webcrawl import defaults
 from webcrawl.items import PageItem
 
@@ -52,6 +54,9 @@ logger = logging.getLogger(__name__)
 
 # Largest decompressed sitemap read (the sitemaps protocol's own limit).
 DOWNLOAD_MAXSIZE = 50 * 1024 * 1024
+# Links to files that are not pages (images, archives...) are not followed,
+# as by Scrapy's LinkExtractor.
+_SKIP_EXTENSIONS = frozenset(f".{ext}" for ext in IGNORED_EXTENSIONS)
 
 
 def _header_dict(response: Response) -> dict[str, list[str]]:
@@ -59,21 +64,6 @@ def _header_dict(response: Response) -> dict[str, list[str]]:
         k.decode("latin-1").lower(): [v.decode("latin-1") for v in vs]
         for k, vs in response.headers.items()
     }
-
-
-def _robots_directives(response: Response) -> set[str]:
-    """``noindex``/``nofollow`` from X-Robots-Tag and ``<meta name=robots>``."""
-    found: set[str] = set()
-    for value in response.headers.getlist(b"X-Robots-Tag"):
-        found.update(t.strip().lower() for t in value.decode("latin-1").split(","))
-    # The XPath below costs about as much as the link extraction: look for
-    # the word first (most pages have no robots meta).
-    if isinstance(response, HtmlResponse) and b"robots" in response.body.lower():
-        for content in response.xpath(
-            "//meta[translate(@name,'ROBTS','robts')='robots']/@content"
-        ).getall():
-            found.update(t.strip().lower() for t in content.split(","))
-    return found
 
 
 class WebSpider(Spider):
@@ -238,17 +228,27 @@ class WebSpider(Spider):
             yield from self._sitemap_links(response)
             yield self._item(response)
             return
-        directives = _robots_directives(response)
-        if isinstance(response, HtmlResponse) and "nofollow" not in directives:
-            # Scope by host name here: LinkExtractor's allow_domains compares
-            # the netloc, port included, so "a.test" would not match a.test:8080.
-            for link in LinkExtractor(unique=True).extract_links(response):
-                if link.nofollow or not self._in_scope(link.url):
+        item = self._item(response)
+        if isinstance(response, HtmlResponse):
+            # One parse serves the links here and the pipeline's text and
+            # fingerprints (the item carries it), and one rule decides
+            # noindex/nofollow for both (pipelines.processing.robots_directives).
+            page = extract(item.body, response.url, item.headers, item.encoding)
+            item.extracted = page
+            seen: set[str] = set()
+            for link in page.follow_links():
+                url = link.url
+                if (
+                    url in seen
+                    or url_has_any_extension(url, _SKIP_EXTENSIONS)
+                    or not self._in_scope(url)
+                ):
                     continue
+                seen.add(url)
                 # DepthMiddleware sets meta["depth"]; RefererMiddleware the
                 # Referer header.
-                yield Request(link.url, errback=self.on_error)
-        yield self._item(response)
+                yield Request(url, errback=self.on_error)
+        yield item
 
     def _in_scope(self, url: str) -> bool:
         if not self.allowed_domains:
