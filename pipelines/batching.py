@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pipelines.processing import content_hash, extract, header_values, simhash
+from pipelines.processing import extract, fingerprints, header_values
 from pipelines.stores.base import BatchResult, PageStore, TransientStoreError
 
 if TYPE_CHECKING:
@@ -162,9 +162,9 @@ def prepare_page(
             text_length=len(ex.text),
         )
         if words:
-            page.content_hash = content_hash(ex.text)
-        if words >= near_min_words:
-            page.simhash = simhash(ex.text)
+            page.content_hash, near = fingerprints(ex.text)
+            if words >= near_min_words:
+                page.simhash = near
         if ex.noindex:
             return page
     else:
