@@ -17,11 +17,15 @@ averaged over the pages where the reference has words. Candidates:
   the baseline: lxml tree, boilerplate pruning by tag, role, class words and
   link density, main element by ``<main>``/``<article>``/role);
 * ``resiliparse``: ``resiliparse.extract.html2text.extract_plain_text`` with
-  ``main_content=True`` over an ``HTMLTree`` (lexbor), what
-  :func:`pipelines.processing.extract` uses;
+  ``main_content=True`` over an ``HTMLTree`` (lexbor), configured as
+  :func:`pipelines.processing.main_text` uses it (no list bullets, no alt
+  texts, the page's own ``body > header/footer/nav/aside`` skipped);
+* ``resiliparse-defaults``: the same with resiliparse's default options;
 * ``resiliparse-all``: the same with ``main_content=False`` (every visible
   text);
-* ``trafilatura``: ``trafilatura.extract`` in its default (balanced) mode.
+* ``trafilatura``: ``trafilatura.extract`` in its default (balanced) mode;
+* ``webcrawl extract()``: :func:`pipelines.processing.extract` as a whole
+  (decoding, one parse, metadata, links and the main text).
 
 Corpora: ``--pages`` pages of a default sandbox web (rendered in process), and
 the first ``--pages`` HTML files (sorted by path) of the Debian packages
@@ -48,12 +52,13 @@ from typing import TYPE_CHECKING
 import lxml.etree
 
 from bench.pipeline import DOCS, docs_corpus, sandbox_corpus
-from pipelines.processing import decode_html, extract
+from pipelines.processing import decode_html, extract, main_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from lxml.etree import _Element
+    from resiliparse.parse.html import HTMLTree
 
 # Elements whose text is never page content.
 _DROP_TAGS = frozenset(
@@ -246,17 +251,28 @@ def lxml_text(body: bytes) -> str:
     return _main_text(root) if root is not None else ""
 
 
-def resiliparse_text(body: bytes, main_content: bool = True) -> str:
-    from resiliparse.extract.html2text import extract_plain_text
+def _tree(body: bytes) -> HTMLTree:
     from resiliparse.parse.encoding import detect_encoding
     from resiliparse.parse.html import HTMLTree
 
-    tree = HTMLTree.parse_from_bytes(body, detect_encoding(body) or "utf-8")
-    return str(extract_plain_text(tree, main_content=main_content))
+    return HTMLTree.parse_from_bytes(body, detect_encoding(body) or "utf-8")
+
+
+def resiliparse_text(body: bytes) -> str:
+    """resiliparse as :func:`pipelines.processing.main_text` configures it."""
+    return main_text(_tree(body))
+
+
+def resiliparse_defaults(body: bytes) -> str:
+    from resiliparse.extract.html2text import extract_plain_text
+
+    return str(extract_plain_text(_tree(body), main_content=True))
 
 
 def resiliparse_all(body: bytes) -> str:
-    return resiliparse_text(body, main_content=False)
+    from resiliparse.extract.html2text import extract_plain_text
+
+    return str(extract_plain_text(_tree(body), main_content=False))
 
 
 def webcrawl_text(body: bytes) -> str:
@@ -315,6 +331,7 @@ def _structure(xpath: str, drop: str = "") -> Callable[[bytes], str]:
 CANDIDATES: dict[str, Callable[[bytes], str]] = {
     "lxml": lxml_text,
     "resiliparse": resiliparse_text,
+    "resiliparse-defaults": resiliparse_defaults,
     "resiliparse-all": resiliparse_all,
     "trafilatura": trafilatura_text,
     "trafilatura-precision": trafilatura_precision,

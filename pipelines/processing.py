@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 _WS_RE = re.compile(r"\s+")
+_PAGE_CHROME = ["body > header", "body > footer", "body > nav", "body > aside"]
 # An absolute http(s) URL that safe_url_string would return unchanged.
 _PLAIN_URL_RE = re.compile(
     r"https?://[a-z0-9.-]+(?::[0-9]{1,5})?(?:[/?][A-Za-z0-9._~!$&'()*+,;=:@/?%-]*)?"
@@ -211,6 +212,9 @@ def main_text(tree: HTMLTree) -> str:
         list_bullets=False,
         alt_texts=False,
         comments=False,
+        # A page's own banner and footer (children of <body>) are never its
+        # content; the heuristics keep e.g. a site name in a banner.
+        skip_elements=_PAGE_CHROME,
     )
     cleaned = (_clean(line) for line in str(text).splitlines())
     return "\n".join(line for line in cleaned if line)
