@@ -1,8 +1,10 @@
 """Run one crawler over the sandbox web and measure it (used by :mod:`bench.run`).
 
-Three crawlers, each as real ``scrapy`` subprocesses, on the same sandbox web,
+Four crawlers, each as real ``scrapy`` subprocesses, on the same sandbox web,
 seeds, concurrency and delay:
 
+* ``bare``: bare Scrapy, the ``scrapy`` crawler below with no item pipeline:
+  the floor every Scrapy crawler pays (fetch, parse, follow links);
 * ``scrapy``: stock Scrapy, ``scrapy runspider bench/spiders/stock.py`` with
   the memory scheduler (``DownloaderAwarePriorityQueue`` when the web has
   more than one host), Scrapy's ``RobotsTxtMiddleware``, no Redis;
@@ -12,7 +14,7 @@ seeds, concurrency and delay:
   Redis frontier, Bloom dupefilter, robots/lock/back-off middlewares, batching
   store with the near-duplicate index), seeded with ``redis-cli lpush``.
 
-All three write pages through the same ``pipelines.storage.StoragePipeline``
+All but ``bare`` write pages through the same ``pipelines.storage.StoragePipeline``
 into SQLite (the stock crawlers without its near-duplicate index, which needs
 Redis). What is measured, and where from:
 
@@ -61,24 +63,33 @@ STOCK_SETTINGS = "bench.spiders.settings"
 # A request up to 15 ms early is clock and scheduling noise, not a violation.
 SLACK_MS = 15.0
 STORAGE = json.dumps({"pipelines.storage.StoragePipeline": 500})
+# One process, memory scheduler, no Redis: with the storage pipeline or not.
+STOCK = ("bare", "scrapy")
 
 
 @dataclass(frozen=True)
 class Crawler:
     """One column of the tables: a crawler kind and its number of workers."""
 
-    kind: str  # "scrapy", "scrapy-redis" or "webcrawl"
+    kind: str  # "bare", "scrapy", "scrapy-redis" or "webcrawl"
     workers: int = 1
 
     @property
     def label(self) -> str:
-        names = {"scrapy": "stock Scrapy", "scrapy-redis": "scrapy-redis"}
+        """>>> Crawler("bare").label, Crawler("webcrawl", 4).label
+        ('bare Scrapy', 'webcrawl x4')
+        """
+        names = {
+            "bare": "bare Scrapy",
+            "scrapy": "stock Scrapy",
+            "scrapy-redis": "scrapy-redis",
+        }
         name = names.get(self.kind, self.kind)
-        return name if self.kind == "scrapy" else f"{name} x{self.workers}"
+        return name if self.kind in STOCK else f"{name} x{self.workers}"
 
     @property
     def uses_redis(self) -> bool:
-        return self.kind != "scrapy"
+        return self.kind not in STOCK
 
 
 @dataclass
@@ -216,15 +227,19 @@ def _commands(
             "MAX_IDLE_TIME_BEFORE_CLOSE": run.idle_close,
             "SEED_POLL_INTERVAL": 0.5,
             "WEB_ALLOWED_DOMAINS": "sandbox.test",
+            # The sandbox web is on loopback: lift the SSRF guard.
+            "ALLOW_PRIVATE_ADDRESSES": True,
             # 1 M URLs (1.8 MB), as webcrawl.localcrawl does for the sandbox.
             "BLOOM_CAPACITY": 1_000_000,
         }
         cmd = worker_command(settings)
         return [cmd] * crawler.workers, worker_env()
     env = worker_env({"SCRAPY_SETTINGS_MODULE": STOCK_SETTINGS})
-    settings = {**common, "ITEM_PIPELINES": STORAGE, "NEARDUP_ENABLED": False}
+    settings = dict(common)
+    if crawler.kind != "bare":  # bare: items go nowhere
+        settings.update(ITEM_PIPELINES=STORAGE, NEARDUP_ENABLED=False)
     spider_args = ["-a", f"seeds={seeds}", "-a", "allowed_domains=sandbox.test"]
-    if crawler.kind == "scrapy":
+    if crawler.kind in STOCK:
         if run.spec.hosts > 1:
             settings["SCHEDULER_PRIORITY_QUEUE"] = (
                 "scrapy.pqueues.DownloaderAwarePriorityQueue"

@@ -18,7 +18,7 @@ project's settings queues them: ``REFERER_ENABLED`` is off, see
 Redis bytes are ``MEMORY USAGE key SAMPLES 0`` summed over every key of a fresh
 ``redis-server`` (one per system), divided by ``N``.
 
-Reads no settings (``webcrawl.defaults`` gives the Bloom error rate).
+Reads no settings (``extensions.defaults`` gives the Bloom error rate).
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ import redis.asyncio as aredis
 from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
+from extensions import defaults
 from extensions.bloom import BloomConfig, BloomFilter, bloom_bound_bytes_per_item
 from extensions.embedded_redis import RedisProcess
 from extensions.frontier import Frontier, QueuedRequest
 from extensions.hosts import host_key
 from extensions.serialization import request_to_bytes
-from webcrawl import defaults
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

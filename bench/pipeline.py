@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.batching import PageBatcher, prepare_page
+from pipelines.items import PageItem
 from pipelines.stores.mongo import MongoStore
 from pipelines.stores.sqlite import SQLiteStore
-from webcrawl.items import PageItem
 
 DOCS = Path("/usr/share/doc/python3/html")
 

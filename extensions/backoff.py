@@ -29,10 +29,9 @@ from scrapy.exceptions import (
 )
 from twisted.internet import error as twisted_error
 
-from extensions import keys
+from extensions import config, defaults, keys
 from extensions.connection import async_client, retry_redis
 from extensions.hosts import host_key, script
-from webcrawl import defaults
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -242,27 +241,18 @@ class BackoffMiddleware:
 
     def __init__(self, crawler: Crawler) -> None:
         s = crawler.settings
-        if not s.getbool("BACKOFF_ENABLED", defaults.BACKOFF_ENABLED):
+        config.require(s, defaults)
+        if not s.getbool("BACKOFF_ENABLED"):
             raise NotConfigured("BACKOFF_ENABLED is False")
         self.crawler = crawler
-        self.http_codes = {
-            int(c) for c in s.getlist("BACKOFF_HTTP_CODES", defaults.BACKOFF_HTTP_CODES)
-        }
-        self.initial_ms = round(
-            s.getfloat("BACKOFF_INITIAL", defaults.BACKOFF_INITIAL) * 1000
-        )
-        self.max_ms = round(s.getfloat("BACKOFF_MAX", defaults.BACKOFF_MAX) * 1000)
-        self.jitter = s.getfloat("BACKOFF_JITTER", defaults.BACKOFF_JITTER)
-        self.quiet_ms = round(
-            s.getfloat("BACKOFF_QUIET_PERIOD", defaults.BACKOFF_QUIET_PERIOD) * 1000
-        )
-        self.threshold = s.getint("BREAKER_THRESHOLD", defaults.BREAKER_THRESHOLD)
-        self.cooldown_ms = round(
-            s.getfloat("BREAKER_COOLDOWN", defaults.BREAKER_COOLDOWN) * 1000
-        )
-        self.max_cooldown_ms = round(
-            s.getfloat("BREAKER_MAX_COOLDOWN", defaults.BREAKER_MAX_COOLDOWN) * 1000
-        )
+        self.http_codes = {int(c) for c in s.getlist("BACKOFF_HTTP_CODES")}
+        self.initial_ms = round(s.getfloat("BACKOFF_INITIAL") * 1000)
+        self.max_ms = round(s.getfloat("BACKOFF_MAX") * 1000)
+        self.jitter = s.getfloat("BACKOFF_JITTER")
+        self.quiet_ms = round(s.getfloat("BACKOFF_QUIET_PERIOD") * 1000)
+        self.threshold = s.getint("BREAKER_THRESHOLD")
+        self.cooldown_ms = round(s.getfloat("BREAKER_COOLDOWN") * 1000)
+        self.max_cooldown_ms = round(s.getfloat("BREAKER_MAX_COOLDOWN") * 1000)
         if self.initial_ms <= 0 or self.max_ms < self.initial_ms or self.threshold < 1:
             raise NotConfigured(
                 "BACKOFF_INITIAL must be > 0 and <= BACKOFF_MAX, BREAKER_THRESHOLD >= 1"

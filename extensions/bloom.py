@@ -57,8 +57,7 @@ import mmh3
 from redis.exceptions import NoScriptError
 from scrapy.exceptions import NotConfigured
 
-from extensions import keys
-from webcrawl import defaults
+from extensions import defaults, keys
 
 if TYPE_CHECKING:
     import redis
@@ -234,16 +233,14 @@ class BloomConfig:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> BloomConfig:
         return cls(
-            capacity=settings.getint("BLOOM_CAPACITY", defaults.BLOOM_CAPACITY),
-            error_rate=settings.getfloat("BLOOM_ERROR_RATE", defaults.BLOOM_ERROR_RATE),
-            shard_bits=settings.getint("BLOOM_SHARD_BITS", defaults.BLOOM_SHARD_BITS),
-            scalable=settings.getbool("BLOOM_SCALABLE", defaults.BLOOM_SCALABLE),
-            growth=settings.getfloat("BLOOM_GROWTH", defaults.BLOOM_GROWTH),
-            tightening=settings.getfloat("BLOOM_TIGHTENING", defaults.BLOOM_TIGHTENING),
-            max_layers=settings.getint("BLOOM_MAX_LAYERS", defaults.BLOOM_MAX_LAYERS),
-            preallocate=settings.getbool(
-                "BLOOM_PREALLOCATE", defaults.BLOOM_PREALLOCATE
-            ),
+            capacity=settings.getint("BLOOM_CAPACITY"),
+            error_rate=settings.getfloat("BLOOM_ERROR_RATE"),
+            shard_bits=settings.getint("BLOOM_SHARD_BITS"),
+            scalable=settings.getbool("BLOOM_SCALABLE"),
+            growth=settings.getfloat("BLOOM_GROWTH"),
+            tightening=settings.getfloat("BLOOM_TIGHTENING"),
+            max_layers=settings.getint("BLOOM_MAX_LAYERS"),
+            preallocate=settings.getbool("BLOOM_PREALLOCATE"),
         )
 
     def layer(self, index: int) -> Layer:

@@ -1,8 +1,11 @@
 """Redis clients for a crawl.
 
 Settings read: ``REDIS_URL`` (Scrapy setting, else the environment variable of
-that name; empty: the embedded Redis, see :mod:`extensions.embedded_redis`),
-``WEBCRAWL_HOME``.
+that name, else the file ``REDIS_URL_FILE`` names; see
+:func:`extensions.config.setting_or_env`). No component starts a process: when
+``REDIS_URL`` is empty the webcrawl add-on has started the embedded Redis
+(:mod:`extensions.embedded_redis`) before the crawl; without the add-on an
+empty ``REDIS_URL`` is a :class:`~extensions.config.SettingsError`.
 
 One asyncio client per crawler, shared by the scheduler, dupefilter, lock
 middleware and pipelines, so a worker keeps one small connection pool. The
@@ -15,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -26,9 +28,8 @@ from redis.exceptions import BusyLoadingError, ReadOnlyError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from extensions.embedded_redis import ensure_embedded
-from webcrawl import defaults
-from webcrawl.redact import redact_url
+from extensions.config import SettingsError, setting_or_env
+from extensions.redact import redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -62,13 +63,17 @@ _CLIENT_OPTIONS: dict[str, Any] = {
 
 
 def resolve_redis_url(settings: BaseSettings) -> str:
-    """The Redis URL of the crawl: ``REDIS_URL``, else the embedded server."""
-    url = settings.get("REDIS_URL") or os.environ.get("REDIS_URL") or ""
-    if url:
-        return str(url)
-    home = settings.get("WEBCRAWL_HOME") or os.environ.get("WEBCRAWL_HOME")
-    url = ensure_embedded(home or defaults.WEBCRAWL_HOME)
-    logger.info("REDIS_URL not set: using the embedded Redis at %s", url)
+    """The Redis URL of the crawl (setting, environment or secret file).
+
+    Never starts a server: this runs on the reactor thread, where a blocking
+    subprocess start would stall every download.
+    """
+    url = setting_or_env(settings, "REDIS_URL")
+    if not url:
+        raise SettingsError(
+            "REDIS_URL is not set: set it, or enable the webcrawl add-on "
+            "(ADDONS), which starts the embedded Redis before the crawl"
+        )
     return url
 
 

@@ -20,9 +20,9 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.request import referer_str
 
+from extensions import config, defaults
 from extensions.bloom import AsyncBloomFilter, BloomConfig, BloomFilter
 from extensions.connection import async_client, sync_client
-from webcrawl import defaults
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -71,14 +71,13 @@ class BloomDupeFilter(BaseDupeFilter):
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         settings = crawler.settings
+        config.require(settings, defaults)
         try:
             self.config = BloomConfig.from_settings(settings)
         except ValueError as exc:  # a setting that is not a number
             raise NotConfigured(f"bad BLOOM_* setting: {exc}") from exc
-        self.key_prefix = settings.get("BLOOM_KEY_PREFIX", defaults.BLOOM_KEY_PREFIX)
-        self.stats_interval = settings.getfloat(
-            "BLOOM_STATS_INTERVAL", defaults.BLOOM_STATS_INTERVAL
-        )
+        self.key_prefix = settings.get("BLOOM_KEY_PREFIX")
+        self.stats_interval = settings.getfloat("BLOOM_STATS_INTERVAL")
         self.debug = settings.getbool("DUPEFILTER_DEBUG")
         self.logdupes = True
         self.prefix: str | None = None

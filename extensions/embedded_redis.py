@@ -29,6 +29,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from extensions.config import setting_or_env
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
 
 DEFAULT_HOME = ".webcrawl"
 
@@ -147,10 +153,11 @@ class RedisProcess:
         self.stop()
 
 
-def webcrawl_home(setting: str | None = None) -> Path:
+def webcrawl_home(settings: BaseSettings | None = None) -> Path:
     """The directory of embedded state: the ``WEBCRAWL_HOME`` setting, else the
-    environment variable of that name, else ``.webcrawl``."""
-    return Path(setting or os.environ.get("WEBCRAWL_HOME") or DEFAULT_HOME)
+    environment variable of that name, else ``.webcrawl`` (the one place this
+    precedence is written)."""
+    return Path(setting_or_env(settings, "WEBCRAWL_HOME") or DEFAULT_HOME)
 
 
 def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:
@@ -158,7 +165,7 @@ def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:
 
     A file lock makes concurrent workers start one server, not several.
     """
-    root = webcrawl_home(str(home) if home else None) / "redis"
+    root = (Path(home) if home else webcrawl_home()) / "redis"
     root.mkdir(parents=True, exist_ok=True)
     url_file = root / "redis.url"
     with open(root / "start.lock", "w") as lock:
@@ -199,7 +206,7 @@ def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:
 
 def stop_embedded(home: str | os.PathLike[str] | None = None) -> bool:
     """Stop this machine's embedded Redis; return whether one was running."""
-    root = webcrawl_home(str(home) if home else None) / "redis"
+    root = (Path(home) if home else webcrawl_home()) / "redis"
     pid_file = root / "redis.pid"
     if not pid_file.exists():
         return False

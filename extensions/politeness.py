@@ -20,7 +20,7 @@ from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.resolver import dnscache
 
-from extensions import keys
+from extensions import config, defaults, keys
 from extensions.connection import async_client, retry_redis
 from extensions.hosts import (
     KEY_MODES,
@@ -30,7 +30,6 @@ from extensions.hosts import (
     registered_domain,
     script,
 )
-from webcrawl import defaults
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -193,9 +192,10 @@ class PolitenessMiddleware:
 
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        if not settings.getbool("POLITENESS_ENABLED", defaults.POLITENESS_ENABLED):
+        config.require(settings, defaults)
+        if not settings.getbool("POLITENESS_ENABLED"):
             raise NotConfigured("POLITENESS_ENABLED is False")
-        self.mode = settings.get("POLITENESS_KEY", defaults.POLITENESS_KEY)
+        self.mode = settings.get("POLITENESS_KEY")
         if self.mode not in KEY_MODES:
             raise NotConfigured(
                 f"POLITENESS_KEY must be one of {', '.join(KEY_MODES)}, "
@@ -203,17 +203,9 @@ class PolitenessMiddleware:
             )
         self.crawler = crawler
         self.default_ms = round(settings.getfloat("DOWNLOAD_DELAY") * 1000)
-        self.max_wait_ms = round(
-            settings.getfloat("POLITENESS_MAX_WAIT", defaults.POLITENESS_MAX_WAIT)
-            * 1000
-        )
-        self.max_deferrals = settings.getint(
-            "POLITENESS_MAX_DEFERRALS", defaults.POLITENESS_MAX_DEFERRALS
-        )
-        self.quiet_ms = round(
-            settings.getfloat("BACKOFF_QUIET_PERIOD", defaults.BACKOFF_QUIET_PERIOD)
-            * 1000
-        )
+        self.max_wait_ms = round(settings.getfloat("POLITENESS_MAX_WAIT") * 1000)
+        self.max_deferrals = settings.getint("POLITENESS_MAX_DEFERRALS")
+        self.quiet_ms = round(settings.getfloat("BACKOFF_QUIET_PERIOD") * 1000)
         # The lock outlives a fetch that never reports back (a worker killed
         # mid-download) by at most this long.
         self.hold_ms = round(settings.getfloat("DOWNLOAD_TIMEOUT", 180) * 1000)

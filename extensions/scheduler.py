@@ -1,6 +1,6 @@
 """A Scrapy scheduler whose queue is the shared Redis frontier.
 
-Settings read (defaults in :mod:`webcrawl.defaults`): ``FRONTIER_BATCH_SIZE``,
+Settings read (defaults in :mod:`extensions.defaults`): ``FRONTIER_BATCH_SIZE``,
 ``FRONTIER_BUFFER_SIZE``, ``FRONTIER_LEASE_TIMEOUT``,
 ``FRONTIER_HEARTBEAT_INTERVAL``, ``FRONTIER_PRIORITY_FUNCTION``,
 ``SCHEDULER_PERSIST``, ``SCHEDULER_FLUSH_ON_START``, ``REDIS_RETRY_INITIAL``,
@@ -19,7 +19,7 @@ unreachable it waits and retries with back-off; nothing is dropped, since the
 outbox and acknowledgements stay in memory until Redis takes them.
 
 Leases end (are acknowledged) when the request's outcome is final and
-durable: its page stored (signal :data:`webcrawl.signals.items_stored`), a
+durable: its page stored (signal :data:`extensions.signals.items_stored`), a
 redirect or retry queued in its place (handed over atomically in the same
 script), or the request dropped (spider error, dropped item, filtered).
 A crawl is idle only when no host has queued requests, no lease is out
@@ -46,6 +46,7 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.defer import Deferred
 
+from extensions import config, defaults
 from extensions.canonical import canonicalize_url
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.frontier import Frontier, QueuedRequest
@@ -57,8 +58,7 @@ from extensions.serialization import (
     request_from_bytes,
     request_to_bytes,
 )
-from webcrawl import defaults
-from webcrawl.signals import items_stored
+from extensions.signals import items_stored
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -120,31 +120,22 @@ class RedisScheduler(BaseScheduler):
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         s = crawler.settings
-        self.batch_size = s.getint("FRONTIER_BATCH_SIZE", defaults.FRONTIER_BATCH_SIZE)
-        buffer_size = s.getint("FRONTIER_BUFFER_SIZE", defaults.FRONTIER_BUFFER_SIZE)
+        config.require(s, defaults)
+        self.batch_size = s.getint("FRONTIER_BATCH_SIZE")
+        buffer_size = s.getint("FRONTIER_BUFFER_SIZE")
         self.buffer_size = buffer_size or 2 * s.getint("CONCURRENT_REQUESTS", 16)
-        self.lease_timeout = s.getfloat(
-            "FRONTIER_LEASE_TIMEOUT", defaults.FRONTIER_LEASE_TIMEOUT
-        )
-        self.heartbeat = s.getfloat(
-            "FRONTIER_HEARTBEAT_INTERVAL", defaults.FRONTIER_HEARTBEAT_INTERVAL
-        )
-        self.persist = s.getbool("SCHEDULER_PERSIST", defaults.SCHEDULER_PERSIST)
-        self.flush_on_start = s.getbool(
-            "SCHEDULER_FLUSH_ON_START", defaults.SCHEDULER_FLUSH_ON_START
-        )
-        self.retry_initial = s.getfloat(
-            "REDIS_RETRY_INITIAL", defaults.REDIS_RETRY_INITIAL
-        )
-        self.retry_max = s.getfloat("REDIS_RETRY_MAX", defaults.REDIS_RETRY_MAX)
+        self.lease_timeout = s.getfloat("FRONTIER_LEASE_TIMEOUT")
+        self.heartbeat = s.getfloat("FRONTIER_HEARTBEAT_INTERVAL")
+        self.persist = s.getbool("SCHEDULER_PERSIST")
+        self.flush_on_start = s.getbool("SCHEDULER_FLUSH_ON_START")
+        self.retry_initial = s.getfloat("REDIS_RETRY_INITIAL")
+        self.retry_max = s.getfloat("REDIS_RETRY_MAX")
         self.default_delay_ms = int(s.getfloat("DOWNLOAD_DELAY", 0) * 1000)
         # The frontier forgives a stale back-off by the same rule as the
         # back-off middleware (extensions.backoff), so both agree on spacing.
-        self.backoff_quiet_ms = int(
-            s.getfloat("BACKOFF_QUIET_PERIOD", defaults.BACKOFF_QUIET_PERIOD) * 1000
-        )
+        self.backoff_quiet_ms = int(s.getfloat("BACKOFF_QUIET_PERIOD") * 1000)
         self.debug = s.getbool("SCHEDULER_DEBUG")
-        path = s.get("FRONTIER_PRIORITY_FUNCTION", defaults.FRONTIER_PRIORITY_FUNCTION)
+        path = s.get("FRONTIER_PRIORITY_FUNCTION")
         self.score: Callable[..., int] | None = load_object(path) if path else None
         self.host_counts = LocalHostCounts()
         self.dupefilter = build_from_crawler(

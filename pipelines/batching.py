@@ -1,6 +1,6 @@
 """The storage pipeline's core, free of Scrapy: documents and the batcher.
 
-:func:`prepare_page` turns a :class:`~webcrawl.items.PageItem` into the two
+:func:`prepare_page` turns a :class:`~pipelines.items.PageItem` into the two
 documents a store keeps (CPU work: run it in a thread). :class:`PageBatcher`
 buffers prepared pages and writes them in batches through a
 :class:`~pipelines.stores.base.PageStore` on one dedicated writer thread, on
@@ -13,11 +13,18 @@ benchmarks):
   :meth:`PageBatcher.put` waits for room, and ``on_pressure(True)`` is called
   while the buffer is full or the store is failing (the pipeline pauses the
   engine), ``on_pressure(False)`` once writes go through again;
-* a batch whose write fails for a transient reason is retried, unchanged,
+* a batch whose write fails for a transient reason (the store raised
+  :class:`~pipelines.stores.base.TransientStoreError`) is retried, unchanged,
   with exponential back-off (``retry_initial`` doubling up to ``retry_max``)
   until it succeeds: pages are never dropped. On close the retries stop after
   ``close_timeout`` seconds; pages still unwritten are reported (their
   frontier leases are not acknowledged, so the frontier hands them out again);
+* a batch whose write fails for any other reason
+  (:class:`~pipelines.stores.base.PermanentStoreError`, or an error no store
+  declares transient, i.e. a bug) is not retried: it is tried once, logged
+  with its traceback, its pages join :attr:`PageBatcher.unstored` and
+  ``on_failed(pages, error)`` is called on the loop's thread (the pipeline
+  stops the crawl); later batches are still tried, once each;
 * ``on_stored(pages, result)`` is called on the loop's thread only after the
   store returned, i.e. once the batch is durable.
 """
@@ -42,7 +49,7 @@ from pipelines.stores.base import BatchResult, PageStore, TransientStoreError
 
 if TYPE_CHECKING:
     from pipelines.dedup import Duplicate
-    from webcrawl.items import PageItem
+    from pipelines.items import PageItem
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +68,8 @@ class PreparedPage:
     simhash: int | None = None
     words: int = 0
     links: list[Any] = field(default_factory=list)
+    # The extracted text (not stored: feeds export it, see pipelines.records).
+    text: str = ""
 
     def mark_duplicate(self, dup: Duplicate) -> None:
         """Record that the page duplicates another: its content is not
@@ -76,7 +85,7 @@ def page_id_of(item: PageItem) -> str:
     """The deterministic document id: the request fingerprint (hex), else the
     SHA-1 of the URL.
 
-    >>> from webcrawl.items import PageItem
+    >>> from pipelines.items import PageItem
     >>> page_id_of(PageItem("http://a.test/", "http://a.test/", 200, "ab12"))
     'ab12'
     >>> page_id_of(PageItem("http://a.test/", "http://a.test/", 200, ""))[:8]
@@ -150,6 +159,7 @@ def prepare_page(
         words = len(ex.text.split())
         page.words = words
         page.links = ex.links
+        page.text = ex.text
         meta.update(
             encoding=ex.encoding,
             title=ex.title or None,
@@ -193,6 +203,7 @@ class FlushAborted(Exception):
 
 
 StoredCallback = Callable[[list[PreparedPage], BatchResult], None]
+FailedCallback = Callable[[list[PreparedPage], BaseException], None]
 
 
 class PageBatcher:
@@ -212,6 +223,7 @@ class PageBatcher:
         on_stored: StoredCallback | None = None,
         on_pressure: Callable[[bool], None] | None = None,
         on_retry: Callable[[BaseException, int], None] | None = None,
+        on_failed: FailedCallback | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -226,6 +238,7 @@ class PageBatcher:
         self.on_stored = on_stored
         self.on_pressure = on_pressure
         self.on_retry = on_retry
+        self.on_failed = on_failed
         self._buffer: list[PreparedPage] = []
         self._inflight: list[PreparedPage] = []
         self._first_at = 0.0
@@ -240,7 +253,9 @@ class PageBatcher:
         self._wake: asyncio.Event | None = None
         self._room: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        # Pages not written: failed for good, or still failing at close.
         self.unstored: list[PreparedPage] = []
+        self.failed_batches = 0
         self.batches = 0
         self.retries = 0
         self.flush_seconds: list[float] = []
@@ -343,6 +358,16 @@ class PageBatcher:
                 self._buffer.clear()
                 self._inflight = []
                 return
+            except Exception as e:
+                # Not transient (the stores turn every "not now" into
+                # TransientStoreError): retrying cannot help, so the batch is
+                # recorded as failed and reported, never retried forever and
+                # never hidden. Catching everything here keeps the writer
+                # alive for the batches still buffered.
+                self._inflight = []
+                self._failing = False
+                self._batch_failed(batch, e)
+                continue
             self._inflight = []
             self._failing = False
             self.batches += 1
@@ -368,22 +393,19 @@ class PageBatcher:
             started = time.perf_counter()
             try:
                 result = self.store.write_batch(metadata, content)
-            except Exception as e:
+            except TransientStoreError as e:
                 attempt += 1
                 self.retries += 1
-                transient = isinstance(e, TransientStoreError)
                 if attempt == 1:
                     self._loop.call_soon_threadsafe(self._store_failing)
                 if attempt == 1 or attempt % 10 == 0:
                     logger.warning(
-                        "Writing a batch of %d pages failed (try %d, %s), "
+                        "Writing a batch of %d pages failed (try %d, transient), "
                         "retrying in %.1fs: %s",
                         len(batch),
                         attempt,
-                        "transient" if transient else "unexpected",
                         delay,
                         e,
-                        exc_info=not transient,
                     )
                 if self.on_retry is not None:
                     self.on_retry(e, attempt)
@@ -393,6 +415,27 @@ class PageBatcher:
                 continue
             self.flush_seconds.append(time.perf_counter() - started)
             return result
+
+    def _batch_failed(self, batch: list[PreparedPage], error: Exception) -> None:
+        assert self._room is not None
+        self.failed_batches += 1
+        self.unstored.extend(batch)
+        logger.error(
+            "A batch of %d pages could not be written to %r and is not retried "
+            "(%s: %s); its pages are recorded as unstored",
+            len(batch),
+            self.store,
+            type(error).__name__,
+            error,
+            exc_info=error,
+        )
+        if self.on_failed is not None:
+            try:
+                self.on_failed(batch, error)
+            except Exception:
+                logger.exception("on_failed callback failed")
+        self._room.set()
+        self._set_pressure()
 
     def _store_failing(self) -> None:
         self._failing = True

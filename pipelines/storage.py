@@ -1,19 +1,37 @@
 """The batching storage pipeline: ``pipelines.storage.StoragePipeline``.
 
-Per :class:`~webcrawl.items.PageItem`: extraction, fingerprints and zlib
+Per :class:`~pipelines.items.PageItem`: extraction, fingerprints and zlib
 compression in a thread (:func:`~pipelines.batching.prepare_page`), then the
 fleet's duplicate index in Redis (:class:`~pipelines.dedup.DuplicateIndex`,
 asyncio client), then the bounded :class:`~pipelines.batching.PageBatcher`,
 which writes batches on its own thread. Once a batch is durable, on the
-reactor thread, :data:`webcrawl.signals.items_stored` is sent with its items
+reactor thread, :data:`extensions.signals.items_stored` is sent with its items
 (all of them: stored, duplicates, and those recorded as permanent per-page
-errors); never before. While the buffer is full or the store fails, the
-engine is paused and ``process_item`` waits for room: pages are never
-dropped. Other items pass through untouched.
+errors); never before. While the buffer is full or the store fails for a
+transient reason, the engine is paused and ``process_item`` waits for room:
+pages are never dropped. Other items pass through untouched.
+
+Errors: a batch the store refuses for good (``PermanentStoreError``, or any
+error it does not declare transient) is not retried: its pages are counted
+(``storage/unstored``), logged with the reason, and the crawl stops with
+finish reason ``store_failed``. Their frontier leases are not acknowledged:
+once this worker stops renewing them they expire
+(``FRONTIER_LEASE_TIMEOUT``) and the frontier hands the URLs out again, and
+the application's ``scrapy crawl`` exits non-zero. A Redis
+outage during the duplicate check stores the page unchecked (warning once);
+a command Redis refuses (``ResponseError``: out of memory, wrong type) does
+the same but logs at ERROR; any other error is a bug and propagates.
+
+What the pipeline passes on for a page (to feed exports, ``-o``/``FEEDS``)
+is its exported record (:func:`pipelines.records.page_record`): metadata and
+extracted text, the decoded body only with ``PIPELINE_ITEM_BODY``; never the
+lease token, the raw headers or body bytes of the
+:class:`~pipelines.items.PageItem`.
 
 Settings read: ``PIPELINE_BATCH_SIZE``, ``PIPELINE_FLUSH_INTERVAL``,
 ``PIPELINE_MAX_BUFFER``, ``PIPELINE_ZLIB_LEVEL``, ``PIPELINE_RETRY_INITIAL``,
-``PIPELINE_RETRY_MAX``, ``PIPELINE_CLOSE_TIMEOUT``, ``NEARDUP_ENABLED``,
+``PIPELINE_RETRY_MAX``, ``PIPELINE_CLOSE_TIMEOUT``, ``PIPELINE_ITEM_BODY``,
+``NEARDUP_ENABLED``,
 ``NEARDUP_MAX_DISTANCE``, ``NEARDUP_MIN_WORDS``, ``NEARDUP_MAX_CANDIDATES``,
 and the store's (``PAGE_STORE``, ``MONGO_URI``, ``MONGO_DATABASE``,
 ``MONGO_TIMEOUT_MS``, ``SQLITE_PATH``, ``WEBCRAWL_HOME``, see
@@ -26,13 +44,17 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import ResponseError
 from scrapy.exceptions import NotConfigured
 
+from extensions import config, signals
+from extensions.connection import TRANSIENT_REDIS_ERRORS
+from pipelines import defaults
 from pipelines.batching import PageBatcher, PreparedPage, prepare_page
 from pipelines.dedup import EXACT, DuplicateIndex
+from pipelines.items import PageItem
+from pipelines.records import decode_body, page_record
 from pipelines.stores import store_from_settings
-from webcrawl import defaults, signals
-from webcrawl.items import PageItem
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -41,6 +63,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# Pages fetched but not written (a permanent store failure, or a store still
+# failing at close): ``scrapy crawl`` exits non-zero when it is set.
+UNSTORED_STAT = "storage/unstored"
+
 
 class StoragePipeline:
     """Processes pages and stores them in batches (module docstring)."""
@@ -48,27 +74,19 @@ class StoragePipeline:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         s = crawler.settings
-        self.batch_size = s.getint("PIPELINE_BATCH_SIZE", defaults.PIPELINE_BATCH_SIZE)
-        self.flush_interval = s.getfloat(
-            "PIPELINE_FLUSH_INTERVAL", defaults.PIPELINE_FLUSH_INTERVAL
-        )
-        self.max_buffer = s.getint("PIPELINE_MAX_BUFFER", defaults.PIPELINE_MAX_BUFFER)
-        self.zlib_level = s.getint("PIPELINE_ZLIB_LEVEL", defaults.PIPELINE_ZLIB_LEVEL)
-        self.retry_initial = s.getfloat(
-            "PIPELINE_RETRY_INITIAL", defaults.PIPELINE_RETRY_INITIAL
-        )
-        self.retry_max = s.getfloat("PIPELINE_RETRY_MAX", defaults.PIPELINE_RETRY_MAX)
-        self.close_timeout = s.getfloat(
-            "PIPELINE_CLOSE_TIMEOUT", defaults.PIPELINE_CLOSE_TIMEOUT
-        )
-        self.neardup = s.getbool("NEARDUP_ENABLED", defaults.NEARDUP_ENABLED)
-        self.max_distance = s.getint(
-            "NEARDUP_MAX_DISTANCE", defaults.NEARDUP_MAX_DISTANCE
-        )
-        self.min_words = s.getint("NEARDUP_MIN_WORDS", defaults.NEARDUP_MIN_WORDS)
-        self.max_candidates = s.getint(
-            "NEARDUP_MAX_CANDIDATES", defaults.NEARDUP_MAX_CANDIDATES
-        )
+        config.require(s, defaults)
+        self.batch_size = s.getint("PIPELINE_BATCH_SIZE")
+        self.flush_interval = s.getfloat("PIPELINE_FLUSH_INTERVAL")
+        self.max_buffer = s.getint("PIPELINE_MAX_BUFFER")
+        self.zlib_level = s.getint("PIPELINE_ZLIB_LEVEL")
+        self.retry_initial = s.getfloat("PIPELINE_RETRY_INITIAL")
+        self.retry_max = s.getfloat("PIPELINE_RETRY_MAX")
+        self.close_timeout = s.getfloat("PIPELINE_CLOSE_TIMEOUT")
+        self.item_body = s.getbool("PIPELINE_ITEM_BODY")
+        self.neardup = s.getbool("NEARDUP_ENABLED")
+        self.max_distance = s.getint("NEARDUP_MAX_DISTANCE")
+        self.min_words = s.getint("NEARDUP_MIN_WORDS")
+        self.max_candidates = s.getint("NEARDUP_MAX_CANDIDATES")
         if self.batch_size < 1:
             raise NotConfigured("PIPELINE_BATCH_SIZE must be at least 1")
         if not 0 <= self.zlib_level <= 9:
@@ -78,6 +96,8 @@ class StoragePipeline:
         self.dedup: DuplicateIndex | None = None
         self._paused_engine = False
         self._dedup_failed = False
+        self._dedup_refused = False
+        self._closing_task: asyncio.Task[None] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> StoragePipeline:
@@ -106,6 +126,7 @@ class StoragePipeline:
             on_stored=self._stored,
             on_pressure=self._pressure,
             on_retry=self._retry,
+            on_failed=self._failed,
         )
         await self.batcher.open()
         logger.info("Storing pages in %r, batches of %d", self.store, self.batch_size)
@@ -120,7 +141,11 @@ class StoragePipeline:
         await self._check_duplicate(page)
         self._count_page(page)
         await self.batcher.put(page)
-        return item
+        self._set("storage/buffer", self.batcher.pending)
+        body = None
+        if self.item_body and not item.error:
+            body = decode_body(item.body, page.metadata["encoding"])
+        return page_record(page.metadata, page.text, body)
 
     async def close_spider(self) -> None:
         if self.batcher is None:
@@ -129,11 +154,13 @@ class StoragePipeline:
         if self._paused_engine:
             self._pressure(False)
         if unstored:
-            self._inc("storage/unstored", len(unstored))
+            stats = self.crawler.stats
+            if stats is not None:
+                stats.set_value(UNSTORED_STAT, len(unstored))
             logger.error(
-                "%d pages could not be written to %r before close; their "
-                "leases are not acknowledged, so the frontier will hand them "
-                "out again",
+                "%d pages could not be written to %r; their leases are not "
+                "acknowledged, so the frontier hands them out again once they "
+                "expire",
                 len(unstored),
                 self.store,
             )
@@ -145,11 +172,22 @@ class StoragePipeline:
             return
         try:
             dup = await self.dedup.check(page.page_id, page.content_hash, page.simhash)
-        except Exception as e:  # Redis down: store the page unchecked
+        except TRANSIENT_REDIS_ERRORS as e:  # Redis down: store the page unchecked
             self._inc("storage/dedup_errors")
             if not self._dedup_failed:
                 self._dedup_failed = True
                 logger.warning("Duplicate check failed, storing pages unchecked: %s", e)
+            return
+        except ResponseError as e:
+            # Redis refused the script (out of memory, a key of another
+            # type): not a bug here, and not an outage that will pass.
+            self._inc("storage/dedup_errors")
+            if not self._dedup_refused:
+                self._dedup_refused = True
+                logger.error(
+                    "Redis refused the duplicate check, storing pages unchecked: %s",
+                    e,
+                )
             return
         if dup is not None:
             page.mark_duplicate(dup)
@@ -181,12 +219,31 @@ class StoragePipeline:
             )
         stats = self.crawler.stats
         if stats is not None:
+            if self.batcher is not None:
+                stats.set_value("storage/buffer", self.batcher.pending)
             raw = stats.get_value("storage/bytes/raw", 0)
             packed = stats.get_value("storage/bytes/compressed", 0)
             if packed:
                 stats.set_value("storage/compression_ratio", round(raw / packed, 3))
         self.crawler.signals.send_catch_log(
             signal=signals.items_stored, items=[p.item for p in pages]
+        )
+
+    def _failed(self, pages: list[PreparedPage], error: BaseException) -> None:
+        """A batch failed for good (reactor thread): stop the crawl, since
+        the store refuses what this worker fetches."""
+        self._inc("storage/batches_failed")
+        engine = self.crawler.engine
+        if engine is None or self._closing_task is not None:
+            return
+        if self._paused_engine:
+            self._pressure(False)
+        logger.error(
+            "Stopping the crawl: the page store failed permanently (%s)",
+            type(error).__name__,
+        )
+        self._closing_task = asyncio.ensure_future(
+            engine.close_spider_async(reason="store_failed")
         )
 
     def _pressure(self, on: bool) -> None:
@@ -206,6 +263,10 @@ class StoragePipeline:
     def _retry(self, error: BaseException, attempt: int) -> None:
         # Runs in the writer thread: stats collectors are plain dicts.
         self._inc("storage/retries")
+
+    def _set(self, key: str, value: int) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.set_value(key, value)
 
     def _inc(self, key: str, count: int = 1) -> None:
         if self.crawler.stats is not None:

@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from extensions import defaults
 from extensions.politeness import DOWNLOADER_MIDDLEWARES
-from webcrawl import defaults
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -130,6 +130,12 @@ import scrapy
 class TestSpider(scrapy.Spider):
     name = "web"
 
+    @classmethod
+    def from_crawler(cls, crawler, *args, **kwargs):
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        spider.allowed_domains = crawler.settings.getlist("TEST_ALLOWED_DOMAINS")
+        return spider
+
     async def start(self):
         for url in json.loads(os.environ["TEST_URLS"]):
             yield scrapy.Request(url, dont_filter=True, errback=self.failed)
@@ -166,6 +172,8 @@ class Crawl:
         base = {
             "REDIS_URL": redis_url,
             "DOWNLOADER_MIDDLEWARES": json.dumps(DOWNLOADER_MIDDLEWARES),
+            # The middlewares without the rest of the add-on: their defaults.
+            "ADDONS": json.dumps({"tests.utils.InstallDefaults": 0}),
             "TELNETCONSOLE_ENABLED": "False",
             "LOG_LEVEL": "INFO",
             "USER_AGENT": defaults.WEBCRAWL_USER_AGENT,

@@ -13,11 +13,11 @@ from scrapy import Spider
 from scrapy.exceptions import DownloadConnectionRefusedError, NotConfigured
 from scrapy.http import HtmlResponse, Request
 from scrapy.statscollectors import MemoryStatsCollector
-from scrapy.utils.test import get_crawler
 
 from extensions import keys
 from extensions.backoff import BackoffMiddleware
 from tests.httpserver import LogServer, Reply, Route, crawl, reply
+from tests.utils import get_crawler
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,8 +1,9 @@
 """Smoke test of the benchmark suite (``python -m bench.run --quick``).
 
-It crawls the small quick-mode web with every crawler and measures memory on
-2,000 requests, then checks that the tables came out with the three crawlers
-in them. It asserts no timing: the machines are shared and noisy.
+It crawls the small quick-mode web with every crawler (bare Scrapy
+included) and measures memory on 2,000 requests, then checks that the tables
+and the goals came out with every crawler in them. It asserts no timing: the
+machines are shared and noisy.
 """
 
 from __future__ import annotations
@@ -12,9 +13,28 @@ from typing import TYPE_CHECKING
 import pytest
 
 from bench import run
+from bench.crawlers import Crawler, expected_requests, host_delays, politeness_bound
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+
+def test_full_sizes_mean_something() -> None:
+    """The full run crawls at least 5,000 pages unthrottled and keeps the
+    polite crawls fetching for 60 s or more, with 2 and 4 webcrawl workers."""
+    assert len(run.FULL.unthrottled.reachable_urls(1, True)) >= 5000
+    assert Crawler("bare") in run.FULL.unthrottled_crawlers
+    shapes = [
+        (run.FULL.uniform, run.FULL.uniform_delay),
+        (run.FULL.skewed, run.FULL.skewed_delay),
+    ]
+    for spec, delay in shapes:
+        assert spec is not None
+        bound = politeness_bound(expected_requests(spec, 1), host_delays(spec, delay))
+        assert bound >= 60, (spec, bound)
+    assert {Crawler("webcrawl", 2), Crawler("webcrawl", 4)} <= set(
+        run.FULL.polite_crawlers
+    )
 
 
 def test_quick_sizes_fit_the_crawlers() -> None:
@@ -37,9 +57,16 @@ def test_quick_run_prints_tables(
     for text in (printed, written):
         assert "### unthrottled" in text
         assert "### memory" in text
-        for column in ("stock Scrapy", "scrapy-redis x1", "webcrawl x1", "webcrawl x2"):
+        for column in (
+            "bare Scrapy",
+            "stock Scrapy",
+            "scrapy-redis x1",
+            "webcrawl x1",
+            "webcrawl x2",
+        ):
             assert f" {column} |" in text
         assert "Failed runs" not in text  # every crawler ran to completion
+        assert "| webcrawl x1 / bare Scrapy, pages/s |" in text  # the goals
     rows = {
         line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
         for line in written.splitlines()
@@ -49,5 +76,5 @@ def test_quick_run_prints_tables(
     fetched = rows["pages fetched"]
     assert len(set(fetched)) == 1
     assert int(fetched[0]) > 0
-    assert rows["reachable pages missed"] == ["0"] * 4
+    assert rows["reachable pages missed"] == ["0"] * 5
     assert rows["bytes per queued request"][0] != "n/a"

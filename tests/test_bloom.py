@@ -15,9 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scrapy.exceptions import NotConfigured
 from scrapy.statscollectors import MemoryStatsCollector
-from scrapy.utils.test import get_crawler
 
-from extensions import keys
+from extensions import defaults, keys
 from extensions.bloom import (
     MAX_SHARD_BITS,
     AsyncBloomFilter,
@@ -29,7 +28,7 @@ from extensions.bloom import (
     optimal_bits,
     optimal_hashes,
 )
-from webcrawl import defaults
+from tests.utils import get_crawler
 
 
 def fps(kind: str, n: int, start: int = 0) -> list[bytes]:

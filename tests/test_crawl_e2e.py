@@ -38,18 +38,11 @@ SLACK_MS = 15.0
 
 def stored_urls(home: Path) -> dict[str, Any]:
     store = store_from_settings(Settings({"WEBCRAWL_HOME": str(home)}))
-    store.open()
+    store.open(create=False)
     try:
-        return {url: store.get_page(url) for url in _all_urls(store)}
+        return {page.url: page for page in store.iter_pages()}
     finally:
         store.close()
-
-
-def _all_urls(store: Any) -> list[str]:
-    import sqlite3
-
-    with sqlite3.connect(store.path) as db:
-        return [row[0] for row in db.execute("SELECT url FROM pages_metadata")]
 
 
 def assert_complete(report: CrawlReport, home: Path) -> None:
@@ -162,6 +155,7 @@ def test_sigkilled_workers_lose_nothing(redis_url: str, tmp_path: Path) -> None:
         "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
         "SEED_POLL_INTERVAL": 0.5,
         "WEB_ALLOWED_DOMAINS": "sandbox.test",
+        "ALLOW_PRIVATE_ADDRESSES": True,
         "BLOOM_CAPACITY": 1_000_000,
     }
     report = crawl_sandbox(

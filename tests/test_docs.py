@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from extensions import keys
-from webcrawl import defaults
+from webcrawl.addon import DEFAULTS
 from webcrawl.docs import readme_with_table, settings_rows
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -17,10 +17,10 @@ def test_readme_settings_table_is_current() -> None:
 
 
 def test_every_setting_is_documented() -> None:
-    names = {name for name in vars(defaults) if name.isupper()}
+    names = {name for module in DEFAULTS for name in vars(module) if name.isupper()}
     rows = settings_rows()
     assert {r[1] for r in rows} == names
-    assert all(r[3] for r in rows), [r[1] for r in rows if not r[3]]
+    assert all(r[4] for r in rows), [r[1] for r in rows if not r[4]]
 
 
 def test_readme_names_every_key_family() -> None:

@@ -9,11 +9,11 @@ import pytest
 from scrapy import Request, Spider
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.misc import build_from_crawler
-from scrapy.utils.test import get_crawler
 
 from extensions import keys
 from extensions.connection import async_client
 from extensions.dupefilter import BloomDupeFilter
+from tests.utils import get_crawler
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

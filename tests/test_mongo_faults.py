@@ -13,8 +13,9 @@ from mockupdb import MockupDB
 
 from extensions.embedded_redis import free_port
 from pipelines.batching import PageBatcher, prepare_page
+from pipelines.items import PageItem
+from pipelines.stores.base import PermanentStoreError
 from pipelines.stores.mongo import MongoStore
-from webcrawl.items import PageItem
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -62,6 +63,9 @@ class FakeMongo:
             return True
         if fault == "stepdown":
             request.replies(ok=0, code=10107, errmsg="not writable primary")
+            return True
+        if fault == "unauthorized":
+            request.replies(ok=0, code=13, errmsg="not authorized on db")
             return True
         errors = []
         for i, op in enumerate(ops):
@@ -132,6 +136,23 @@ def test_transient_fault_mid_flush_is_retried_without_loss(
     assert sorted(fake_mongo.docs["pages_metadata"]) == sorted(stored)
     assert sorted(fake_mongo.docs["pages_content"]) == sorted(stored)
     assert fake_mongo.updates > 6  # 3 batches x 2 collections + the retry
+
+
+@pytest.mark.parametrize("fake_mongo", [["unauthorized"] * 3], indirect=True)
+def test_permanent_fault_is_not_retried(fake_mongo: FakeMongo) -> None:
+    """Before: an error the store does not declare transient was retried
+    until close with the engine paused."""
+    store = MongoStore(fake_mongo.server.uri, "db", timeout_ms=2000)
+    failed: list[BaseException] = []
+    stored, unstored = run_batcher(
+        store, 10, on_failed=lambda ps, e: failed.append(e), close_timeout=5.0
+    )
+    assert stored == []
+    assert sorted(p.page_id for p in unstored) == sorted(f"fp{i}" for i in range(10))
+    assert fake_mongo.updates == 3  # one try per batch of 4, 4, 2
+    assert len(failed) == 3 and all(
+        isinstance(e, PermanentStoreError) and "13" in str(e) for e in failed
+    )
 
 
 @pytest.mark.parametrize("fake_mongo", [["dupkey"]], indirect=True)

@@ -32,6 +32,7 @@ def test_scrapyd_egg_holds_all_packages(tmp_path: Path) -> None:
     for module in [
         "webcrawl/settings.py",
         "webcrawl/spiders/web.py",
+        "webcrawl/commands/crawl.py",  # COMMANDS_MODULE: scrapyd runs it
         "extensions/scheduler.py",
         "extensions/frontier.py",
         "pipelines/storage.py",

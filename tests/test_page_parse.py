@@ -13,7 +13,7 @@ from scrapy.utils.test import get_crawler
 
 from pipelines import batching
 from pipelines.batching import prepare_page
-from webcrawl.items import PageItem
+from pipelines.items import PageItem
 from webcrawl.spiders.web import WebSpider
 
 if TYPE_CHECKING:

@@ -358,7 +358,10 @@ def trap(
 
 def test_trap_root_links_every_entry(web: SandboxProcess) -> None:
     _, _, body = trap(web, "/")
-    links = {urlsplit(u).path for u in hrefs(web.url(1), body)}
+    links = {
+        urlsplit(u)._replace(scheme="", netloc="").geturl()
+        for u in hrefs(web.url(1), body)
+    }
     assert {p for paths in ENTRY_PATHS.values() for p in paths} <= links
 
 
@@ -395,7 +398,9 @@ def test_redirects(web: SandboxProcess) -> None:
 def test_slow_page(web: SandboxProcess) -> None:
     start = time.monotonic()
     assert trap(web, "/slow/1.html")[0] == 200
-    assert 0.9 <= time.monotonic() - start < 2.5
+    # The server held the reply for a second: the client cannot see it
+    # sooner, however loaded the machine (how much later is not asserted).
+    assert time.monotonic() - start >= 0.99
 
 
 def test_errors(web: SandboxProcess) -> None:
@@ -403,9 +408,13 @@ def test_errors(web: SandboxProcess) -> None:
     assert trap(web, "/error/503.html")[0] == 503
     status, headers, _ = trap(web, "/error/429-seconds.html")
     assert status == 429 and headers["retry-after"] == "2"
+    before = time.time()
     status, headers, _ = trap(web, "/error/429-date.html")
+    after = time.time()
     when = email.utils.parsedate_to_datetime(headers["retry-after"]).timestamp()
-    assert status == 429 and 0 < when - time.time() <= 4
+    # 3 s after the server's clock of the reply, in whole seconds: bracketed
+    # by the client's clock before and after, however late the client runs.
+    assert status == 429 and before + 2 - 0.01 < when <= after + 3
     statuses = [trap(web, "/error/flaky.html")[0] for _ in range(FLAKY_FAILURES + 2)]
     assert statuses == [503] * FLAKY_FAILURES + [200, 200]
 

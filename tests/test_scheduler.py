@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy import Request, Spider
-from scrapy.utils.test import get_crawler
 
 from extensions.embedded_redis import RedisProcess
 from extensions.scheduler import LEASE_META, RedisScheduler
-from webcrawl.items import PageItem
-from webcrawl.signals import items_stored
+from extensions.signals import items_stored
+from pipelines.items import PageItem
+from tests.utils import get_crawler
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine

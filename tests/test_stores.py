@@ -12,9 +12,9 @@ import mongomock
 import pytest
 
 from pipelines.batching import prepare_page
+from pipelines.items import PageItem
 from pipelines.stores.mongo import MongoStore
 from pipelines.stores.sqlite import SQLiteStore
-from webcrawl.items import PageItem
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -195,3 +195,75 @@ def test_content_is_zlib_and_refetch_as_noindex_drops_it(store_factory: Any) -> 
     write(store, [hidden])
     got = store.get_page("http://a.test/n")
     assert got is not None and got.body is None and got.metadata["noindex"] is True
+
+
+def test_iter_pages_filters_and_pages_through_chunks(store_factory: Any) -> None:
+    from pipelines.stores.base import ITER_CHUNK
+
+    store, _ = store_factory
+    n = ITER_CHUNK + 7  # more than one chunk
+    pages = []
+    for i in range(n):
+        host = "a.test" if i % 2 else "B.test"
+        # Every third page shares a fetch time: the order breaks ties by id.
+        pages.append(page(f"http://{host}/{i}", fetched_at=1000.0 + i // 3))
+    for i in range(0, n, 50):
+        write(store, pages[i : i + 50])
+    got = list(store.iter_pages())
+    assert len(got) == n
+    assert [p.url for p in got] == [
+        p.item.url
+        for p in sorted(pages, key=lambda p: (p.metadata["fetched_at"], p.page_id))
+    ]
+    by_url = {p.item.url: p for p in pages}
+    assert all(g.body == by_url[g.url].item.body for g in got)
+    assert all(g.metadata["has_content"] is True for g in got)
+    only_a = list(store.iter_pages(host="A.TEST"))
+    assert {p.metadata["domain"] for p in only_a} == {"a.test"}
+    assert len(only_a) == n // 2
+    late = list(store.iter_pages(since=1000.0 + 60))
+    assert {p.url for p in late} == {
+        p.item.url for p in pages if p.metadata["fetched_at"] >= 1060.0
+    }
+    assert list(store.iter_pages(host="b.test", since=1e12)) == []
+
+
+def test_iter_pages_reads_a_duplicates_original_and_failures(
+    store_factory: Any,
+) -> None:
+    from pipelines.dedup import Duplicate
+
+    store, _ = store_factory
+    original = page("http://a.test/orig", fetched_at=1.0)
+    dup = page("http://a.test/copy", original.item.body, fetched_at=2.0)
+    dup.mark_duplicate(Duplicate("exact", original.page_id))
+    failed = prepare_page(
+        PageItem("http://a.test/x", "http://a.test/x", 0, "fpx", fetched_at=3.0,
+                 error="DNSLookupError")
+    )  # fmt: skip
+    write(store, [original, dup, failed])
+    got = {p.url: p for p in store.iter_pages()}
+    assert got["http://a.test/copy"].body == original.item.body
+    assert got["http://a.test/copy"].content_from == original.page_id
+    assert got["http://a.test/x"].body is None
+    assert got["http://a.test/x"].metadata["error"] == "DNSLookupError"
+
+
+def test_open_without_create_refuses_a_missing_store(tmp_path: Path) -> None:
+    from pipelines.stores.base import StoreNotFoundError
+
+    path = tmp_path / "none" / "pages.sqlite3"
+    with pytest.raises(StoreNotFoundError, match="no SQLite page store"):
+        SQLiteStore(path).open(create=False)
+    assert not path.parent.exists()  # nothing was created
+    client: Any = mongomock.MongoClient()
+    with pytest.raises(StoreNotFoundError, match="no page store"):
+        MongoStore(client=client, database="empty").open(create=False)
+    full = SQLiteStore(path)
+    full.open()
+    write(full, [page("http://a.test/")])
+    full.close()
+    reader = SQLiteStore(path)
+    reader.open(create=False)
+    assert reader.get_page("http://a.test/") is not None
+    reader.close()

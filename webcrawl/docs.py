@@ -1,4 +1,7 @@
-"""Generate the README's settings table from :mod:`webcrawl.defaults`.
+"""Generate the README's settings table from every package's defaults module.
+
+The modules are the add-on's :data:`webcrawl.addon.DEFAULTS`
+(:mod:`extensions.defaults`, :mod:`pipelines.defaults`, :mod:`webcrawl.defaults`).
 
 ``python -m webcrawl.docs`` prints the table, ``python -m webcrawl.docs
 --write README.md`` puts it between the README's markers; a test checks that
@@ -11,15 +14,26 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from webcrawl import defaults
+from extensions import config
+from webcrawl.addon import DEFAULTS
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 SECTION_PREFIX = "# ---"
 
 
-def settings_rows() -> list[tuple[str, str, str, str]]:
-    """(section, name, default, description) for every setting, in file order."""
-    source = Path(defaults.__file__).read_text().splitlines()
+def settings_rows() -> list[tuple[str, str, str, str, str]]:
+    """(section, name, default, allowed, description) for every setting."""
+    return [row for module in DEFAULTS for row in module_rows(module)]
+
+
+def module_rows(module: ModuleType) -> list[tuple[str, str, str, str, str]]:
+    """(section, name, default, allowed, description) for ``module``'s settings."""
+    specs = {spec.name: spec for spec in config.specs(module)}
+    source = Path(str(module.__file__)).read_text().splitlines()
     rows = []
     section = ""
     tree = ast.parse("\n".join(source))
@@ -42,20 +56,25 @@ def settings_rows() -> list[tuple[str, str, str, str]]:
             if source[back].startswith(SECTION_PREFIX):
                 section = source[back].strip("#- ").strip()
                 break
-        value = getattr(defaults, target.id)
-        rows.append((section, target.id, repr(value), " ".join(comments)))
+        value = getattr(module, target.id)
+        spec = specs[target.id]
+        allowed = spec.rule.describe() if spec.rule else spec.type_name()
+        rows.append((section, target.id, repr(value), allowed, " ".join(comments)))
     return rows
 
 
 def settings_table() -> str:
-    lines = ["| Setting | Default | Meaning |", "| --- | --- | --- |"]
+    lines = [
+        "| Setting | Default | Allowed | Meaning |",
+        "| --- | --- | --- | --- |",
+    ]
     current = None
-    for section, name, default, text in settings_rows():
+    for section, name, default, allowed, text in settings_rows():
         if section != current:
-            lines.append(f"| **{section}** | | |")
+            lines.append(f"| **{section}** | | | |")
             current = section
         escaped = text.replace("|", "\\|")
-        lines.append(f"| `{name}` | `{default}` | {escaped} |")
+        lines.append(f"| `{name}` | `{default}` | {allowed} | {escaped} |")
     return "\n".join(lines)
 
 

@@ -6,11 +6,12 @@ through the add-on. Override any of them with ``-s NAME=value`` or scrapyd's
 ``setting=NAME=value``.
 """
 
-from webcrawl.defaults import WEBCRAWL_USER_AGENT
+from extensions.defaults import WEBCRAWL_USER_AGENT
 
 BOT_NAME = "webcrawl"
 SPIDER_MODULES = ["webcrawl.spiders"]
 NEWSPIDER_MODULE = "webcrawl.spiders"
+COMMANDS_MODULE = "webcrawl.commands"
 
 ADDONS = {"webcrawl.addon.Webcrawl": 0}
 

@@ -10,7 +10,7 @@ needs to crawl the sandbox web at all.
 Settings read: none.
 """
 
-from webcrawl.defaults import WEBCRAWL_USER_AGENT
+from extensions.defaults import WEBCRAWL_USER_AGENT
 
 BOT_NAME = "bench"
 SPIDER_MODULES: list[str] = []

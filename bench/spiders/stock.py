@@ -3,7 +3,7 @@
 ``scrapy runspider bench/spiders/stock.py -a seeds=FILE`` (one URL per line).
 It follows every in-scope link (host name under ``allowed_domains``, port
 ignored) with :class:`~scrapy.linkextractors.LinkExtractor` and yields one
-:class:`~webcrawl.items.PageItem` per page, the item webcrawl's spider yields,
+:class:`~pipelines.items.PageItem` per page, the item webcrawl's spider yields,
 so the same storage pipeline can write both.
 
 Run under scrapy-redis's Scheduler (``-a idle_close=3``), every worker yields
@@ -29,7 +29,7 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.http import HtmlResponse, Response
 from scrapy.linkextractors import LinkExtractor
 
-from webcrawl.items import PageItem
+from pipelines.items import PageItem
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator

@@ -4,16 +4,18 @@ Settings read: ``PAGE_STORE`` (dotted path of a store class with a
 ``from_settings(settings)`` class method; empty: chosen by ``MONGO_URI``),
 ``MONGO_URI`` (set: :class:`~pipelines.stores.mongo.MongoStore`; empty:
 :class:`~pipelines.stores.sqlite.SQLiteStore` at
-``WEBCRAWL_HOME/pages.sqlite3``).
+``WEBCRAWL_HOME/pages.sqlite3``). ``MONGO_URI`` and ``WEBCRAWL_HOME`` are also
+taken from the environment (or a ``*_FILE`` secret), see
+:func:`extensions.config.setting_or_env`.
 """
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, cast
 
 from scrapy.utils.misc import load_object
 
+from extensions.config import setting_or_env
 from pipelines.stores.base import (
     BatchResult,
     DocumentError,
@@ -43,7 +45,7 @@ def store_class_path(settings: BaseSettings) -> str:
     path = settings.get("PAGE_STORE") or ""
     if path:
         return str(path)
-    if settings.get("MONGO_URI") or os.environ.get("MONGO_URI"):
+    if setting_or_env(settings, "MONGO_URI"):
         return "pipelines.stores.mongo.MongoStore"
     return "pipelines.stores.sqlite.SQLiteStore"
 
@@ -51,11 +53,8 @@ def store_class_path(settings: BaseSettings) -> str:
 def store_from_settings(settings: BaseSettings) -> PageStore:
     """Build (not open) the page store the settings select.
 
-    ``MONGO_URI`` is also taken from the environment when the settings leave
-    it empty, like ``REDIS_URL``.
+    ``settings`` may be a crawler's frozen settings: nothing is written to
+    them (each store reads its environment fallbacks itself).
     """
-    if not settings.get("MONGO_URI") and os.environ.get("MONGO_URI"):
-        settings = settings.copy()
-        settings.set("MONGO_URI", os.environ["MONGO_URI"], priority="cmdline")
     cls = load_object(store_class_path(settings))
     return cast("PageStore", cls.from_settings(settings))

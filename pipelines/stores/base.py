@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 # name -> SQL type (the SQLite store's columns; MongoDB keeps the same names).
 METADATA_FIELDS: dict[str, str] = {
@@ -69,6 +72,8 @@ CONTENT_FIELDS: dict[str, str] = {
 # Indexed metadata fields besides _id and the unique url.
 METADATA_INDEXES = ("domain", "fetched_at", "content_hash")
 BOOL_FIELDS = ("noindex", "nofollow", "has_content")
+# Pages read per query by iter_pages: bounded memory, few round trips.
+ITER_CHUNK = 200
 
 
 class TransientStoreError(Exception):
@@ -78,6 +83,12 @@ class TransientStoreError(Exception):
 
 class PermanentStoreError(Exception):
     """The store is unusable as configured (bad URI, no permission)."""
+
+
+class StoreNotFoundError(PermanentStoreError):
+    """``open(create=False)`` found no store where the settings point: no
+    SQLite file, no MongoDB collection (readers say so rather than create an
+    empty one)."""
 
 
 @dataclass
@@ -132,9 +143,17 @@ class PageStore(Protocol):
     content document is written only when its metadata document was, and a
     metadata document without content removes any content left by an earlier
     fetch (``delete_content`` ids).
+
+    Readers (``python -m pipelines.read``, ``scrapy export``) open with
+    ``create=False``: a store that does not exist raises
+    :class:`StoreNotFoundError` instead of being created empty.
+    ``iter_pages`` yields pages in ``(fetched_at, _id)`` order, reading in
+    chunks (never the whole store at once); ``host`` matches the metadata
+    ``domain`` (the URL's lower-cased host name), ``since`` is a Unix time
+    compared with ``fetched_at``.
     """
 
-    def open(self) -> None: ...
+    def open(self, create: bool = True) -> None: ...
 
     def close(self) -> None: ...
 
@@ -146,7 +165,20 @@ class PageStore(Protocol):
 
     def get_page(self, url: str) -> StoredPage | None: ...
 
+    def iter_pages(
+        self, host: str | None = None, since: float | None = None
+    ) -> Iterator[StoredPage]: ...
+
     def count(self) -> int: ...
+
+
+def content_source(meta: dict[str, Any]) -> str | None:
+    """The page id whose content is this page's body: its own, or the
+    original's for a duplicate (None: no content)."""
+    if meta.get("has_content"):
+        return str(meta["_id"])
+    dup = meta.get("duplicate_of")
+    return str(dup) if dup else None
 
 
 def decompress(blob: bytes) -> bytes:

@@ -10,11 +10,13 @@ Errors: network errors, server selection timeouts, primary step-downs and
 write errors labelled retryable raise
 :class:`~pipelines.stores.base.TransientStoreError` (the pipeline retries the
 batch); other per-document write errors (duplicate ``url``, document too
-large) are reported in the :class:`~pipelines.stores.base.BatchResult`.
+large) are reported in the :class:`~pipelines.stores.base.BatchResult`; any
+other server or driver error raises
+:class:`~pipelines.stores.base.PermanentStoreError` (never retried).
 
 Settings read (by :meth:`MongoStore.from_settings`): ``MONGO_URI``,
 ``MONGO_DATABASE``, ``MONGO_TIMEOUT_MS``. The URI's password never reaches a
-log (:func:`webcrawl.redact.redact_url`).
+log (:func:`extensions.redact.redact_url`).
 """
 
 from __future__ import annotations
@@ -35,20 +37,26 @@ from pymongo.errors import (
     WriteConcernError,
 )
 
+from extensions.config import setting_or_env
+from extensions.redact import redact_url
+from pipelines import defaults
 from pipelines.stores.base import (
     BOOL_FIELDS,
+    ITER_CHUNK,
     METADATA_INDEXES,
     BatchResult,
     DocumentError,
     PermanentStoreError,
     StoredPage,
+    StoreNotFoundError,
     TransientStoreError,
+    content_source,
     decompress,
 )
-from webcrawl import defaults
-from webcrawl.redact import redact_url
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
@@ -92,7 +100,7 @@ class MongoStore:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> MongoStore:
-        uri = settings.get("MONGO_URI") or ""
+        uri = setting_or_env(settings, "MONGO_URI")
         if not uri:
             raise PermanentStoreError("MONGO_URI is not set")
         return cls(
@@ -104,7 +112,7 @@ class MongoStore:
     def __repr__(self) -> str:
         return f"MongoStore({redact_url(self.uri)!r}, {self.database_name!r})"
 
-    def open(self) -> None:
+    def open(self, create: bool = True) -> None:
         if self._db is not None:
             return
         if self._client is None:
@@ -122,6 +130,14 @@ class MongoStore:
                 ) from None
         db = self._client[self.database_name]
         try:
+            if not create:
+                if "pages_metadata" not in db.list_collection_names():
+                    raise StoreNotFoundError(
+                        f"no page store in MongoDB database {self.database_name!r}"
+                        f" at {redact_url(self.uri)}"
+                    )
+                self._db = db
+                return
             meta = db["pages_metadata"]
             meta.create_index("url", unique=True, name="url_unique")
             for name in METADATA_INDEXES:
@@ -230,11 +246,12 @@ class MongoStore:
         except OperationFailure as e:
             if _is_transient(e.code, _labels(e)):
                 raise TransientStoreError(f"{name}: {e}") from e
-            raise
+            # Unauthorized, quota, validation: the batch will never pass.
+            raise PermanentStoreError(f"{name}: error {e.code}: {e}") from e
         except PyMongoError as e:
             if _labels(e) and "RetryableWriteError" in _labels(e):
                 raise TransientStoreError(f"{name}: {e}") from e
-            raise
+            raise PermanentStoreError(f"{name}: {type(e).__name__}: {e}") from e
         return ok
 
     def get_page(self, url: str) -> StoredPage | None:
@@ -243,20 +260,73 @@ class MongoStore:
             meta = db["pages_metadata"].find_one({"url": url})
             if meta is None:
                 return None
-            source = (
-                meta["_id"] if meta.get("has_content") else meta.get("duplicate_of")
-            )
-            body = None
-            if source:
-                doc = db["pages_content"].find_one({"_id": source})
-                if doc is not None:
-                    body = decompress(bytes(doc["html_compressed"]))
+            return self._pages([meta])[0]
         except ConnectionFailure as e:
             raise TransientStoreError(f"mongodb unreachable: {e}") from e
-        for name in BOOL_FIELDS:
-            if meta.get(name) is not None:
-                meta[name] = bool(meta[name])
-        return StoredPage(url, dict(meta), body, source if body is not None else None)
+
+    def _pages(self, metas: list[dict[str, Any]]) -> list[StoredPage]:
+        """Pages of ``metas`` with their bodies, read in one query."""
+        sources = {m["_id"]: content_source(m) for m in metas}
+        wanted = sorted({s for s in sources.values() if s})
+        bodies: dict[str, bytes] = {}
+        if wanted:
+            for doc in self._database()["pages_content"].find(
+                {"_id": {"$in": wanted}}, {"html_compressed": 1}
+            ):
+                bodies[doc["_id"]] = decompress(bytes(doc["html_compressed"]))
+        pages = []
+        for meta in metas:
+            for name in BOOL_FIELDS:
+                if meta.get(name) is not None:
+                    meta[name] = bool(meta[name])
+            source = sources[meta["_id"]]
+            body = bodies.get(source) if source else None
+            pages.append(
+                StoredPage(
+                    meta["url"], dict(meta), body, source if body is not None else None
+                )
+            )
+        return pages
+
+    def iter_pages(
+        self, host: str | None = None, since: float | None = None
+    ) -> Iterator[StoredPage]:
+        query: dict[str, Any] = {}
+        if host is not None:
+            query["domain"] = host.lower()
+        if since is not None:
+            query["fetched_at"] = {"$gte": since}
+        coll = self._database()["pages_metadata"]
+        after: tuple[Any, Any] | None = None
+        while True:
+            # Keyset pagination on (fetched_at, _id): no cursor stays open
+            # across a slow consumer (server cursors time out after 10 min).
+            page_query = dict(query)
+            if after is not None:
+                page_query = {
+                    "$and": [
+                        query,
+                        {
+                            "$or": [
+                                {"fetched_at": {"$gt": after[0]}},
+                                {"fetched_at": after[0], "_id": {"$gt": after[1]}},
+                            ]
+                        },
+                    ]
+                }
+            try:
+                metas = list(
+                    coll.find(page_query)
+                    .sort([("fetched_at", 1), ("_id", 1)])
+                    .limit(ITER_CHUNK)
+                )
+                pages = self._pages(metas)
+            except ConnectionFailure as e:
+                raise TransientStoreError(f"mongodb unreachable: {e}") from e
+            yield from pages
+            if len(metas) < ITER_CHUNK:
+                return
+            after = (metas[-1]["fetched_at"], metas[-1]["_id"])
 
     def count(self) -> int:
         return int(self._database()["pages_metadata"].count_documents({}))

@@ -8,33 +8,67 @@ is the column ``id``). WAL journaling lets ``python -m pipelines.read`` read
 while a crawl writes.
 
 Settings read (by :meth:`SQLiteStore.from_settings`): ``WEBCRAWL_HOME``,
-``SQLITE_PATH``.
+``SQLITE_PATH`` (each also from the environment when the settings leave it
+empty).
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from extensions.config import setting_or_env
+from extensions.embedded_redis import webcrawl_home
 from pipelines.stores.base import (
     BOOL_FIELDS,
     CONTENT_FIELDS,
+    ITER_CHUNK,
     METADATA_FIELDS,
     METADATA_INDEXES,
     BatchResult,
     DocumentError,
     PermanentStoreError,
     StoredPage,
+    StoreNotFoundError,
     TransientStoreError,
+    content_source,
     decompress,
 )
-from webcrawl import defaults
 
 if TYPE_CHECKING:
+    import os
+    from collections.abc import Iterator
+
     from scrapy.settings import BaseSettings
+
+
+# Primary result codes that mean "another connection holds the database, try
+# again" (SQLITE_BUSY, SQLITE_LOCKED); every other error (read-only file, not a
+# database, a table of another schema, disk I/O) will not pass by retrying.
+_TRANSIENT_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def _store_error(error: sqlite3.Error, what: str) -> Exception:
+    """The store error an ``sqlite3`` error stands for.
+
+    >>> busy = sqlite3.OperationalError("database is locked")
+    >>> busy.sqlite_errorcode = sqlite3.SQLITE_BUSY
+    >>> type(_store_error(busy, "write")).__name__
+    'TransientStoreError'
+    >>> ro = sqlite3.OperationalError("attempt to write a readonly database")
+    >>> ro.sqlite_errorcode = sqlite3.SQLITE_READONLY
+    >>> type(_store_error(ro, "write")).__name__
+    'PermanentStoreError'
+    """
+    code = getattr(error, "sqlite_errorcode", None)
+    cls = (
+        TransientStoreError
+        if code is not None and code & 0xFF in _TRANSIENT_CODES
+        else PermanentStoreError
+    )
+    return cls(f"sqlite {what}: {error}")
 
 
 def _column(name: str) -> str:
@@ -78,22 +112,19 @@ class SQLiteStore:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> SQLiteStore:
-        path = settings.get("SQLITE_PATH") or ""
+        path = setting_or_env(settings, "SQLITE_PATH")
         if not path:
-            home = (
-                settings.get("WEBCRAWL_HOME")
-                or os.environ.get("WEBCRAWL_HOME")
-                or defaults.WEBCRAWL_HOME
-            )
-            path = str(Path(home) / "pages.sqlite3")
+            path = str(webcrawl_home(settings) / "pages.sqlite3")
         return cls(path)
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
 
-    def open(self) -> None:
+    def open(self, create: bool = True) -> None:
         if self._conn is not None:
             return
+        if not create and not self.path.is_file():
+            raise StoreNotFoundError(f"no SQLite page store at {self.path}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
@@ -101,16 +132,20 @@ class SQLiteStore:
             )
         except (OSError, sqlite3.Error) as e:
             raise PermanentStoreError(f"cannot open {self.path}: {e}") from e
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        with conn:
-            conn.execute(_table_sql("pages_metadata", METADATA_FIELDS))
-            conn.execute(_table_sql("pages_content", CONTENT_FIELDS))
-            for name in METADATA_INDEXES:
-                conn.execute(
-                    f"CREATE INDEX IF NOT EXISTS pages_metadata_{name} "
-                    f"ON pages_metadata ({name})"
-                )
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            with conn:
+                conn.execute(_table_sql("pages_metadata", METADATA_FIELDS))
+                conn.execute(_table_sql("pages_content", CONTENT_FIELDS))
+                for name in METADATA_INDEXES:
+                    conn.execute(
+                        f"CREATE INDEX IF NOT EXISTS pages_metadata_{name} "
+                        f"ON pages_metadata ({name})"
+                    )
+        except sqlite3.Error as e:  # not a database, read-only, locked
+            conn.close()
+            raise _store_error(e, f"open {self.path}") from e
         self._conn = conn
 
     def close(self) -> None:
@@ -161,50 +196,77 @@ class SQLiteStore:
                             self._content_sql, [doc.get(n) for n in CONTENT_FIELDS]
                         )
                         result.content_written += 1
-            except sqlite3.OperationalError as e:
-                # "database is locked", disk I/O errors: the batch may succeed
-                # later; the transaction was rolled back as a whole.
-                raise TransientStoreError(f"sqlite: {e}") from e
+            except sqlite3.Error as e:
+                # The transaction was rolled back as a whole: "database is
+                # locked" may pass, a read-only file or an old schema will not.
+                raise _store_error(e, "write") from e
         return result
 
-    def _metadata(self, where: str, arg: str) -> dict[str, Any] | None:
+    def _metadata_rows(self, sql: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
         conn = self._connection()
         conn.row_factory = sqlite3.Row
         try:
-            row = conn.execute(
-                f"SELECT * FROM pages_metadata WHERE {where} = ?", (arg,)
-            ).fetchone()
+            rows = conn.execute(sql, args).fetchall()
         finally:
             conn.row_factory = None
-        if row is None:
-            return None
-        doc = {("_id" if k == "id" else k): row[k] for k in row.keys()}  # noqa: SIM118
-        for name in BOOL_FIELDS:
-            if doc.get(name) is not None:
-                doc[name] = bool(doc[name])
-        return doc
+        docs = []
+        for row in rows:
+            doc = {("_id" if k == "id" else k): row[k] for k in row.keys()}  # noqa: SIM118
+            for name in BOOL_FIELDS:
+                if doc.get(name) is not None:
+                    doc[name] = bool(doc[name])
+            docs.append(doc)
+        return docs
+
+    def _page(self, meta: dict[str, Any]) -> StoredPage:
+        source = content_source(meta)
+        body = None
+        if source:
+            row = (
+                self._connection()
+                .execute(
+                    "SELECT html_compressed FROM pages_content WHERE id = ?",
+                    (source,),
+                )
+                .fetchone()
+            )
+            if row is not None:
+                body = decompress(row[0])
+        return StoredPage(meta["url"], meta, body, source if body is not None else None)
 
     def get_page(self, url: str) -> StoredPage | None:
         with self._lock:
-            meta = self._metadata("url", url)
-            if meta is None:
-                return None
-            source = (
-                meta["_id"] if meta.get("has_content") else meta.get("duplicate_of")
+            docs = self._metadata_rows(
+                "SELECT * FROM pages_metadata WHERE url = ?", (url,)
             )
-            body = None
-            if source:
-                row = (
-                    self._connection()
-                    .execute(
-                        "SELECT html_compressed FROM pages_content WHERE id = ?",
-                        (source,),
-                    )
-                    .fetchone()
-                )
-                if row is not None:
-                    body = decompress(row[0])
-            return StoredPage(url, meta, body, source if body is not None else None)
+            return self._page(docs[0]) if docs else None
+
+    def iter_pages(
+        self, host: str | None = None, since: float | None = None
+    ) -> Iterator[StoredPage]:
+        where = ["(fetched_at, id) > (?, ?)"]
+        base: list[Any] = []
+        if host is not None:
+            where.append("domain = ?")
+            base.append(host.lower())
+        if since is not None:
+            where.append("fetched_at >= ?")
+            base.append(since)
+        sql = (
+            f"SELECT * FROM pages_metadata WHERE {' AND '.join(where)} "
+            f"ORDER BY fetched_at, id LIMIT {ITER_CHUNK}"
+        )
+        # Keyset pagination: the lock is held per chunk, never across a
+        # yield, so a writer thread is not starved by a slow consumer.
+        after: tuple[Any, ...] = (float("-inf"), "")
+        while True:
+            with self._lock:
+                docs = self._metadata_rows(sql, (*after, *base))
+                pages = [self._page(d) for d in docs]
+            yield from pages
+            if len(docs) < ITER_CHUNK:
+                return
+            after = (docs[-1]["fetched_at"], docs[-1]["_id"])
 
     def count(self) -> int:
         with self._lock:

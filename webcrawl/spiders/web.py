@@ -5,14 +5,15 @@ Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
 ``WEB_SCOPE_SEED_HOSTS`` (defaults in :mod:`webcrawl.defaults`).
 
 Spider arguments (``-a``): ``allowed_domains`` (comma list), ``max_depth``
-(sets ``DEPTH_LIMIT``).
+(a whole number >= 1, sets ``DEPTH_LIMIT``; 0 is refused: leave it out for no
+limit).
 
 Seeds: ``redis-cli lpush web:start_urls URL`` (or a JSON object, see
 :mod:`extensions.seeds`). ``start()`` takes what is in the list when the crawl
 opens; afterwards a poll every ``SEED_POLL_INTERVAL`` seconds (one Redis call,
 no busy loop) feeds new seeds to the engine while the crawl runs.
 
-Every response yields one :class:`~webcrawl.items.PageItem`, and so does every
+Every response yields one :class:`~pipelines.items.PageItem`, and so does every
 final failure (download error, HTTP error status, robots.txt exclusion), so a
 page that fails stays on record and its frontier lease ends. Links are yielded
 before the page item: the frontier then queues the children before the page
@@ -37,17 +38,20 @@ from scrapy.utils.gz import gunzip
 from scrapy.utils.sitemap import Sitemap
 from scrapy.utils.url import url_has_any_extension
 
+from extensions import config
+from extensions.config import SettingsError
 from extensions.connection import async_client
 from extensions.scheduler import LEASE_META
 from extensions.seeds import SeedList
+from pipelines.items import PageItem
 from pipelines.processing import extract
 from webcrawl import defaults
-from webcrawl.items import PageItem
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
     from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
@@ -64,6 +68,32 @@ def _header_dict(response: Response) -> dict[str, list[str]]:
         k.decode("latin-1").lower(): [v.decode("latin-1") for v in vs]
         for k, vs in response.headers.items()
     }
+
+
+def _max_depth(value: str | int | None) -> int | None:
+    """The ``max_depth`` spider argument: a whole number >= 1, or none.
+
+    0 is refused rather than read as Scrapy's ``DEPTH_LIMIT=0`` ("no limit"),
+    which is the opposite of what ``-a max_depth=0`` says.
+
+    >>> _max_depth("2"), _max_depth(None), _max_depth("")
+    (2, None, None)
+    >>> _max_depth("0")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    extensions.config.SettingsError: max_depth=0 is not allowed: use a whole ...
+    """
+    if value is None or value == "":
+        return None
+    try:
+        depth = int(value)
+    except ValueError:
+        depth = 0
+    if depth < 1:
+        raise SettingsError(
+            f"max_depth={value} is not allowed: use a whole number >= 1 "
+            "(leave it out for no limit)"
+        )
+    return depth
 
 
 class WebSpider(Spider):
@@ -88,7 +118,15 @@ class WebSpider(Spider):
                 d.strip() for d in allowed_domains.split(",") if d.strip()
             ]
         self._arg_domains = allowed_domains or []
-        self._max_depth = int(max_depth) if max_depth not in (None, "") else None
+        self._max_depth = _max_depth(max_depth)
+
+    @classmethod
+    def update_settings(cls, settings: BaseSettings) -> None:
+        # The spider reads its settings in from_crawler, before the add-on
+        # runs: it installs its own defaults (the add-on does it again, and
+        # checks them, before the crawl starts).
+        super().update_settings(settings)
+        config.install(settings, defaults)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> WebSpider:
@@ -96,19 +134,11 @@ class WebSpider(Spider):
         s = crawler.settings
         if spider._max_depth is not None:
             s.set("DEPTH_LIMIT", spider._max_depth, priority="spider")
-        spider.allowed_domains = spider._arg_domains or s.getlist(
-            "WEB_ALLOWED_DOMAINS", defaults.WEB_ALLOWED_DOMAINS
-        )
-        spider.scope_seed_hosts = s.getbool(
-            "WEB_SCOPE_SEED_HOSTS", defaults.WEB_SCOPE_SEED_HOSTS
-        )
-        spider.poll_interval = s.getfloat(
-            "SEED_POLL_INTERVAL", defaults.SEED_POLL_INTERVAL
-        )
-        spider.seed_batch = s.getint("SEED_BATCH_SIZE", defaults.SEED_BATCH_SIZE)
-        spider.max_idle = s.getfloat(
-            "MAX_IDLE_TIME_BEFORE_CLOSE", defaults.MAX_IDLE_TIME_BEFORE_CLOSE
-        )
+        spider.allowed_domains = spider._arg_domains or s.getlist("WEB_ALLOWED_DOMAINS")
+        spider.scope_seed_hosts = s.getbool("WEB_SCOPE_SEED_HOSTS")
+        spider.poll_interval = s.getfloat("SEED_POLL_INTERVAL")
+        spider.seed_batch = s.getint("SEED_BATCH_SIZE")
+        spider.max_idle = s.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE")
         spider.worker = s.get("WEBCRAWL_WORKER_ID") or None
         crawler.signals.connect(spider._on_idle, signal=signals.spider_idle)
         crawler.signals.connect(spider._on_closed, signal=signals.spider_closed)

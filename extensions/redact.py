@@ -1,4 +1,8 @@
-"""Hide credentials in connection URLs before they reach a log line."""
+"""Hide credentials in connection URLs before they reach a log line.
+
+In ``extensions`` because both libraries log URLs (the Redis connection here,
+the MongoDB store in ``pipelines``, which may import ``extensions``).
+"""
 
 from __future__ import annotations
 

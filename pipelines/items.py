@@ -1,4 +1,7 @@
-"""The page item the ``web`` spider yields and the storage pipeline consumes."""
+"""The page item the storage pipeline consumes (the ``web`` spider yields it).
+
+It lives with its consumer: the application's spider imports it from here.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ class PageItem:
 
     ``lease`` is an opaque token the frontier put in the request's meta; the
     spider copies it here and the storage pipeline hands the item back through
-    :data:`webcrawl.signals.items_stored` once it is durable. Nothing but the
+    :data:`extensions.signals.items_stored` once it is durable. Nothing but the
     frontier interprets it.
 
     ``fingerprint`` is the hex request fingerprint of the request that was

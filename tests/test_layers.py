@@ -1,0 +1,37 @@
+"""Dependencies point one way: webcrawl -> pipelines -> extensions."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# What each package may import of the project's own packages.
+ALLOWED = {
+    "extensions": {"extensions"},
+    "pipelines": {"pipelines", "extensions"},
+}
+
+
+def imported_packages(path: Path) -> set[str]:
+    """Top-level package names ``path`` imports (typing-only imports too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_library_imports_point_one_way(package: str) -> None:
+    own = {"webcrawl", "extensions", "pipelines", "sandbox", "tests", "bench"}
+    wrong = {
+        str(path.relative_to(ROOT)): sorted(imports - ALLOWED[package])
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (imports := imported_packages(path) & own) - ALLOWED[package]
+    }
+    assert wrong == {}

@@ -1,0 +1,2 @@
+"""The project's ``scrapy`` commands (``COMMANDS_MODULE`` in
+:mod:`webcrawl.settings`): one module per command, each a ``Command`` class."""

@@ -1,0 +1,134 @@
+"""``scrapy export --format jsonl|warc -o FILE [--host H] [--since T] [--body]``
+
+Writes the stored pages (read through the page store's ``iter_pages``, see
+:mod:`pipelines.export`) as JSON lines of metadata and extracted text, or as
+WARC 1.1 (``.warc.gz``: gzip per record; ``.warc``: plain). ``-o -`` writes
+to standard output. ``--since`` takes Unix seconds, an ISO 8601 date or time
+(UTC unless it says otherwise) or an age such as ``90m``, ``6h``, ``2d``.
+
+Settings read: those of :mod:`pipelines.stores` (``PAGE_STORE``,
+``MONGO_URI``, ``MONGO_DATABASE``, ``SQLITE_PATH``, ``WEBCRAWL_HOME``), from
+``-s``, the project settings and the environment. A store that does not exist
+is an error (exit status 2), never created empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, ClassVar
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from pipelines.export import write_jsonl, write_warc
+from pipelines.stores import store_from_settings
+from pipelines.stores.base import PermanentStoreError
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Iterator
+
+_AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(value: str, now: float | None = None) -> float:
+    """A ``--since`` value as Unix seconds.
+
+    >>> parse_since("1700000000"), parse_since("2h", now=10000.0)
+    (1700000000.0, 2800.0)
+    >>> parse_since("2023-11-14"), parse_since("2023-11-14T22:13:20+00:00")
+    (1699920000.0, 1700000000.0)
+    """
+    with contextlib.suppress(ValueError):
+        return float(value)
+    age = _AGE.match(value.strip().lower())
+    if age:
+        current = time.time() if now is None else now
+        return current - float(age.group(1)) * _UNIT[age.group(2)]
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise UsageError(
+            f"--since {value!r}: not Unix seconds, an ISO date or an age (6h, 2d)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+@contextlib.contextmanager
+def _output(path: str) -> Iterator[IO[bytes]]:
+    if path == "-":
+        yield sys.stdout.buffer
+        sys.stdout.buffer.flush()
+        return
+    with open(path, "wb") as out:
+        yield out
+
+
+class Command(ScrapyCommand):
+    requires_project = True
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "WARNING"}
+
+    def syntax(self) -> str:
+        return "--format jsonl|warc -o FILE [--host H] [--since T] [--body]"
+
+    def short_desc(self) -> str:
+        return "Export stored pages as JSON lines or WARC 1.1"
+
+    def long_desc(self) -> str:
+        # The module docstring without its first line (the syntax) and the
+        # list of settings.
+        return str(__doc__).split("Settings read")[0].split("\n", 1)[1].strip()
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument(
+            "--format", choices=("jsonl", "warc"), required=True, help="output format"
+        )
+        parser.add_argument(
+            "-o", "--output", required=True, metavar="FILE",
+            help="file to write ('-': stdout; .warc.gz: gzip per record)",
+        )  # fmt: skip
+        parser.add_argument("--host", help="only pages of this host name")
+        parser.add_argument(
+            "--since", help="only pages fetched since (Unix time, ISO date, 6h, 2d)"
+        )
+        parser.add_argument(
+            "--body", action="store_true", help="jsonl: add the decoded body"
+        )
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if args:
+            raise UsageError(f"unexpected arguments: {' '.join(args)}")
+        since = parse_since(opts.since) if opts.since else None
+        assert self.settings is not None
+        store = store_from_settings(self.settings)
+        try:
+            store.open(create=False)
+        except PermanentStoreError as e:
+            print(f"scrapy export: {e}", file=sys.stderr)
+            self.exitcode = 2
+            return
+        try:
+            pages = store.iter_pages(host=opts.host, since=since)
+            with _output(opts.output) as out:
+                if opts.format == "jsonl":
+                    n = write_jsonl(pages, out, with_body=opts.body)
+                    summary = f"{n} pages"
+                else:
+                    gzip = opts.output.endswith(".gz")
+                    counts = write_warc(
+                        pages, out, gzip=gzip, filename=Path(opts.output).name
+                    )
+                    summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        finally:
+            store.close()
+        print(f"exported {summary} to {opts.output}", file=sys.stderr)
