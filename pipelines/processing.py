@@ -252,7 +252,9 @@ def _absolute(base: str, href: str, base_dir: str | None = None) -> str | None:
         # absolute URL with nothing to quote): join them by concatenation and
         # skip urljoin and w3lib's safe_url_string, which together cost more
         # than parsing the page. Anything else takes the general path.
-        if base_dir is not None and _PLAIN_REF_RE.match(href) is not None:
+        if _PLAIN_URL_RE.match(href) is not None:
+            url = href
+        elif base_dir is not None and _PLAIN_REF_RE.match(href) is not None:
             url = base_dir + href
         else:
             url = urljoin(base, href)
