@@ -415,14 +415,14 @@ def simhash(text: str) -> int:
 
 def _simhash_words(words: Sequence[str]) -> int:
     grams = shingles(words)
-    # One C-level pass hashes every shingle (mmh3 returns two signed 64-bit
-    # halves; the first, as unsigned, is the shingle's hash) ...
-    halves = np.fromiter(
-        itertools.chain.from_iterable(map(mmh3.hash64, grams)), dtype=np.int64
-    )
-    if not halves.size:
+    # One C-level pass hashes every shingle: hash_bytes gives the 128-bit
+    # MurmurHash3 as 16 little-endian bytes, whose first 8 are
+    # hash64(...)[0], the shingle's hash (no int or tuple object per shingle)
+    # ...
+    digests = np.frombuffer(b"".join(map(mmh3.hash_bytes, grams)), dtype="<u8")
+    if not digests.size:
         return 0
-    hashes = halves[::2].astype("<u8")
+    hashes = np.ascontiguousarray(digests[::2])
     # ... then count, for each of the 64 bits, how many hashes have it set:
     # bit p of a little-endian word is bit p % 8 of its byte p // 8.
     bits = np.unpackbits(
