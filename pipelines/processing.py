@@ -1,7 +1,10 @@
 """Page processing: decoding, extraction, robots directives and fingerprints.
 
-Pure functions, no I/O and no settings: the storage pipeline
-(:mod:`pipelines.storage`) calls :func:`extract` in a thread for every page.
+Pure functions, no I/O and no settings. The ``web`` spider calls
+:func:`extract` once per HTML page (its links and robots directives) and
+hands the result to the storage pipeline in the item
+(``PageItem.extracted``); the pipeline (:mod:`pipelines.storage`, in a
+thread) fingerprints it, and extracts only items that arrive without it.
 
 * Decoding (:func:`decode_html`) follows the HTML encoding sniffing order that
   w3lib implements: a byte-order mark, then the HTTP ``Content-Type`` charset,
@@ -10,7 +13,8 @@ Pure functions, no I/O and no settings: the storage pipeline
 * Extraction (:func:`extract`) parses the page once with resiliparse (lexbor,
   a C HTML5 parser): title, meta description, canonical link, language,
   outlinks with anchor text and ``rel=nofollow``, the robots directives of
-  ``<meta name=robots>`` and ``X-Robots-Tag`` (one rule, :func:`robots_tokens`),
+  ``<meta name=robots>`` and ``X-Robots-Tag`` (one rule for the spider and
+  the pipeline, :func:`robots_directives`),
   and the main text by resiliparse's main-content heuristics
   (:func:`main_text`, the one place the extractor is chosen). The choice was
   measured against the previous lxml extractor and trafilatura on
@@ -18,8 +22,10 @@ Pure functions, no I/O and no settings: the storage pipeline
   table in bench/RESULTS.md.
 * Fingerprints: :func:`content_hash` (SHA-256 of the normalized text) for
   exact duplicates and :func:`simhash` (64 bits over word 3-shingles) for near
-  duplicates, compared by :func:`hamming`. SimHash hashes its shingles and
-  counts their bits without a Python-level loop per shingle (numpy).
+  duplicates, compared by :func:`hamming`; :func:`fingerprints` gives both
+  from one tokenization. SimHash hashes its shingles and counts their bits
+  without a Python-level loop per shingle (numpy), with the same bits as the
+  per-shingle loop it replaced.
 """
 
 from __future__ import annotations

@@ -24,6 +24,13 @@ final failure (download error, HTTP error status, robots.txt exclusion), so a
 page that fails stays on record and its frontier lease ends. Links are yielded
 before the page item: the frontier then queues the children before the page
 can be stored and its lease acknowledged.
+
+An HTML page is parsed once, by :func:`pipelines.processing.extract`: its
+links, its robots directives (one rule: ``nofollow`` or ``none`` from
+``<meta name=robots>`` or ``X-Robots-Tag`` means no link of the page is
+followed) and its main text. The item carries that result to the storage
+pipeline (``PageItem.extracted``), which records the same directives and does
+not parse the page again.
 """
 
 from __future__ import annotations
