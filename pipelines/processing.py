@@ -50,15 +50,19 @@ if TYPE_CHECKING:
 _PAGE_CHROME = ["body > header", "body > footer", "body > nav", "body > aside"]
 # An absolute http(s) URL that safe_url_string would return unchanged.
 _PLAIN_URL_RE = re.compile(
-    r"https?://[a-z0-9.-]+(?::[0-9]{1,5})?(?:[/?][A-Za-z0-9._~!$&'()*+,;=:@/?%-]*)?"
+    # Not "x?" nor "x?#f" (urljoin drops an empty query), nor a query with no
+    # path (w3lib adds the "/").
+    r"(?![^#]*\?(?:#|\Z))https?://[a-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~!$&()*+,=:@/?%-]*)?"
     r"(?:#.*)?\Z",
     re.DOTALL,
 )
 # A relative reference that joins a base directory by concatenation: no
-# scheme, no leading "/", ".", "?" or "#", no dot segment, nothing to quote.
+# scheme, no leading "/", ".", "?" or "#", no dot segment, no empty segment
+# ("a//b": urljoin drops it), no empty query, no ";" (urljoin's path
+# parameters), nothing to quote (w3lib quotes "'" in a query).
 _PLAIN_REF_RE = re.compile(
-    r"(?![^/?#]*:)(?!.*(?:^|/)\.\.?(?:[/?#]|\Z))"
-    r"[A-Za-z0-9_~!$&'()*+,;=@%-][A-Za-z0-9._~!$&'()*+,;=:@/?%-]*(?:#.*)?\Z",
+    r"(?![^/?#]*:)(?!.*(?:^|/)\.\.?(?:[/?#]|\Z))(?![^#]*\?(?:#|\Z))"
+    r"(?![^?#]*//)[A-Za-z0-9_~!$&()*+,=@%-][A-Za-z0-9._~!$&()*+,=:@/?%-]*(?:#.*)?\Z",
     re.DOTALL,
 )
 _WORD_RE = re.compile(r"\w+", re.UNICODE)

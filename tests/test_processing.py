@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from urllib.parse import urljoin
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from w3lib.url import safe_url_string
 
-from pipelines.processing import content_hash, decode_html, extract, hamming, simhash
+from pipelines.processing import (
+    _absolute,
+    _base_dir,
+    content_hash,
+    decode_html,
+    extract,
+    hamming,
+    simhash,
+)
 
 
 @pytest.mark.parametrize(
@@ -87,3 +98,54 @@ def test_fingerprints() -> None:
 )
 def test_simhash_bits_are_stable(text: str, expected: int) -> None:
     assert simhash(text) == expected
+
+
+def _absolute_slow(base: str, href: str) -> str | None:
+    """The general path: urljoin, then w3lib's safe_url_string."""
+    href = href.strip()
+    if not href or href.startswith(("#", "javascript:", "mailto:", "tel:", "data:")):
+        return None
+    try:
+        url = safe_url_string(urljoin(base, href))
+    except ValueError:
+        return None
+    return url.split("#", 1)[0] if url.startswith(("http://", "https://")) else None
+
+
+BASES = [
+    "http://a.test/dir/p.html",
+    "https://b.test:8080/",
+    "http://a.test",
+    "http://a.test/d/?q=1#f",
+    "http://a.test/ü/x",
+    "http://A.test/x/y",
+]
+
+
+@given(
+    st.sampled_from(BASES),
+    st.text(alphabet="ab/.:?#%-_~ü +[]|\\@=&;,!$'()*\"<>`{}^", max_size=20)
+    | st.sampled_from(
+        [
+            "../x",
+            "./y",
+            "x/../y",
+            "http://c.test/z",
+            "http://c.test/z?",
+            "http://c.test/z?#f",
+            "http://c.test/a/../b",
+            "//c.test/",
+            "=?",
+            "a?#b",
+            "a?b?",
+            "a//b",
+            "=//",
+            "a?x//y",
+        ]
+    ),
+)
+@settings(max_examples=500, deadline=None)
+def test_link_fast_path_equals_the_general_path(base: str, href: str) -> None:
+    # extract() joins plain links by concatenation (no urljoin, no w3lib):
+    # the URL must be the one the general path gives.
+    assert _absolute(base, href, _base_dir(base)) == _absolute_slow(base, href)
