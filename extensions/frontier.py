@@ -29,7 +29,9 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from extensions.hosts import LUA_RECORD
 from extensions.keys import FrontierKeys
+from extensions.scripts import script, server_now_ms
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -39,14 +41,16 @@ if TYPE_CHECKING:
 PRIORITY_MIN = -(2**15)
 PRIORITY_MAX = 2**15 - 1
 
-# Shared Lua helper: put a host back in the ready schedule, at the later of
-# its next allowed fetch time and its park time (circuit breaker, Retry-After).
-_LUA_SCHEDULE_HOST = """
+# Shared Lua helpers of the frontier's scripts (after the host record's).
+# schedule_host: put a host back in the ready schedule, at the later of its
+# next allowed fetch time and its park time (circuit breaker, Retry-After).
+_LUA_SCHEDULE_HOST = (
+    LUA_RECORD
+    + """
 local function schedule_host(ready, hkey, host, now)
   if redis.call('ZSCORE', ready, host) then return end
-  local rec = redis.call('HMGET', hkey, 'next', 'park')
-  local t = math.max(tonumber(rec[1]) or 0, tonumber(rec[2]) or 0, now)
-  redis.call('ZADD', ready, t, host)
+  local rec = host_record(hkey)
+  redis.call('ZADD', ready, math.max(rec.next, rec.park, now), host)
 end
 local function queue_request(qprefix, host, prio, member, seq)
   local s = redis.call('INCR', seq) % 68719476736
@@ -66,11 +70,8 @@ local function requeue_lease(ready, leases, ldata, qprefix, hprefix, id, now)
   schedule_host(ready, hprefix .. host, host, now)
   return 1
 end
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 """
+)
 
 # commit: push new requests and acknowledge finished leases, atomically, so a
 # redirect or retry hands its parent's lease over to the child with no window
@@ -171,20 +172,16 @@ while #out < count * 2 and guard > 0 do
   if #top == 0 or tonumber(top[2]) > now then break end
   local host = top[1]
   local hkey = hprefix .. host
-  local rec = redis.call('HMGET', hkey, 'delay', 'backoff', 'park', 'backoff_at')
-  local park = tonumber(rec[3]) or 0
-  if park > now then
-    redis.call('ZADD', ready, park, host)
+  local rec = host_record(hkey)
+  if rec.park > now then
+    redis.call('ZADD', ready, rec.park, host)
   else
     local q = qprefix .. host
     local popped = redis.call('ZPOPMIN', q)
     if #popped == 0 then
       redis.call('ZREM', ready, host)
     else
-      local backoff = tonumber(rec[2]) or 0
-      if now - (tonumber(rec[4]) or 0) >= quiet then backoff = 0 end
-      local delay = math.max(tonumber(rec[1]) or default_delay, backoff)
-      local nxt = now + delay
+      local nxt = now + spacing(rec, default_delay, now, quiet)
       redis.call('HSET', hkey, 'next', nxt)
       if redis.call('ZCARD', q) > 0 then
         redis.call('ZADD', ready, nxt, host)
@@ -257,17 +254,13 @@ def clamp_priority(priority: int) -> int:
 class Frontier:
     """Asynchronous access to one crawl's frontier in Redis.
 
-    Stateless apart from the registered scripts: several frontiers (workers)
-    share the same keys safely, since every change is one script.
+    Stateless: several frontiers (workers) share the same keys safely, since
+    every change is one script.
     """
 
     def __init__(self, client: aredis.Redis, prefix: str) -> None:
         self.client = client
         self.keys = FrontierKeys(prefix)
-        self._commit = client.register_script(COMMIT_LUA)
-        self._lease = client.register_script(LEASE_LUA)
-        self._release = client.register_script(RELEASE_LUA)
-        self._recover = client.register_script(RECOVER_LUA)
 
     async def commit(
         self,
@@ -287,7 +280,7 @@ class Frontier:
         for r in requests:
             args += [r.host, clamp_priority(r.priority), r.member]
         args += list(acks)
-        added, acked = await self._commit(
+        added, acked = await script(self.client, COMMIT_LUA)(
             keys=[k.ready, k.seq, k.leases, k.lease_data, k.wal(worker)], args=args
         )
         return int(added), int(acked)
@@ -306,7 +299,7 @@ class Frontier:
         """Queue the write-ahead batches of workers silent for ``dead_after_ms``."""
         k = self.keys
         return int(
-            await self._recover(
+            await script(self.client, RECOVER_LUA)(
                 keys=[k.workers, k.ready, k.seq],
                 args=[k.queue_prefix, k.host_prefix, k.wal_prefix, dead_after_ms],
             )
@@ -322,7 +315,7 @@ class Frontier:
         backoff_quiet_ms: int = 1_800_000,
     ) -> LeaseBatch:
         k = self.keys
-        res: list[Any] = await self._lease(
+        res: list[Any] = await script(self.client, LEASE_LUA)(
             keys=[k.ready, k.leases, k.lease_data, k.seq],
             args=[
                 k.queue_prefix,
@@ -344,7 +337,7 @@ class Frontier:
             return 0
         k = self.keys
         return int(
-            await self._release(
+            await script(self.client, RELEASE_LUA)(
                 keys=[k.ready, k.leases, k.lease_data],
                 args=[k.queue_prefix, k.host_prefix, *lease_ids],
             )
@@ -356,8 +349,7 @@ class Frontier:
         worker's later acknowledgement of it is then a no-op)."""
         if not lease_ids:
             return 0
-        sec, usec = await self.client.time()
-        deadline = int(sec or 0) * 1000 + int(usec or 0) // 1000 + lease_ms
+        deadline = await server_now_ms(self.client) + lease_ms
         changed = await self.client.zadd(
             self.keys.leases, dict.fromkeys(lease_ids, deadline), xx=True, ch=True
         )

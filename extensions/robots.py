@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
@@ -25,8 +24,10 @@ from scrapy.utils.misc import build_from_crawler, load_object
 
 from extensions import config, defaults, keys
 from extensions.connection import async_client, retry_redis
-from extensions.hosts import deferred_copy, host_key, park_host, script, write_delay
-from extensions.politeness import RELEASE_SCRIPT, HostParked
+from extensions.hosts import HostRecords, deferred_copy, host_key
+from extensions.locks import TokenLock, new_token
+from extensions.politeness import HostParked
+from extensions.scripts import LUA_NOW_MS, script, server_now_ms
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -47,10 +48,10 @@ UNREACHABLE = 0
 # Stores status, body, fetched_at and expires (epoch ms, Redis clock) and the
 # consecutive failures in ``failures``; a failure expires after ARGV[5]
 # doubled per failure in a row, capped by ARGV[6]. Returns {failures, TTL ms}.
-STORE_SCRIPT = """
-redis.replicate_commands()
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+STORE_SCRIPT = (
+    LUA_NOW_MS
+    + """
+local now = now_ms()
 local failures = 0
 local ttl = tonumber(ARGV[3])
 if ARGV[4] == '1' then
@@ -64,6 +65,7 @@ redis.call('HSET', KEYS[1], 'status', ARGV[1], 'body', ARGV[2],
 redis.call('PEXPIRE', KEYS[1], math.max(ttl, tonumber(ARGV[6])) * 2)
 return {failures, ttl}
 """
+)
 
 
 def classify(status: int) -> str:
@@ -125,8 +127,8 @@ class SharedRobotsTxtMiddleware:
 
     Keys: ``web:robots:<host>`` (HASH: ``status``, raw ``body``,
     ``fetched_at``, ``expires``, ``failures``) and ``web:robots:fetch:<host>``
-    (a token lock, ``SET NX PX``, so one worker fetches while the others poll
-    the cache). Each worker keeps parsed entries in memory until the entry's
+    (a token lock of :mod:`extensions.locks`, so one worker fetches while the
+    others poll the cache). Each worker keeps parsed entries in memory until the entry's
     expiry; a parser object never goes to Redis.
 
     Per RFC 9309: 2xx is parsed (the first ``ROBOTS_MAX_SIZE`` bytes);
@@ -192,6 +194,14 @@ class SharedRobotsTxtMiddleware:
             self._client = async_client(self.crawler)
         return self._client
 
+    @property
+    def records(self) -> HostRecords:
+        return HostRecords(self.client, self.prefix)
+
+    @property
+    def fetch_lock(self) -> TokenLock:
+        return TokenLock(self.client)
+
     async def process_request(self, request: Request) -> Request | None:
         if request.meta.get("dont_obey_robotstxt") or not request.url.startswith(
             ("http://", "https://")
@@ -245,7 +255,7 @@ class SharedRobotsTxtMiddleware:
         raw = await self.client.hgetall(keys.robots(self.prefix, hostkey))
         if not raw or b"status" not in raw:
             return None
-        now_ms = await self._now_ms()
+        now_ms = await server_now_ms(self.client)
         expires_ms = int(raw.get(b"expires", b"0"))
         body = raw.get(b"body", b"")
         body = body.encode() if isinstance(body, str) else bytes(body)
@@ -256,10 +266,6 @@ class SharedRobotsTxtMiddleware:
             body,
             (expires_ms - now_ms) / 1000,
         )
-
-    async def _now_ms(self) -> int:
-        sec, usec = await self.client.time()
-        return int(sec) * 1000 + int(usec) // 1000
 
     def _entry(self, status: int, body: bytes, ttl: float) -> RobotsEntry:
         parser = None
@@ -281,8 +287,8 @@ class SharedRobotsTxtMiddleware:
             if cached is not None:
                 stats.inc_value("robotstxt/cache_hit")
                 return cached
-            token = secrets.token_hex(16)
-            if await self.client.set(lock_key, token, nx=True, px=lock_ms):
+            token = new_token()
+            if await self.fetch_lock.acquire(lock_key, token, lock_ms):
                 try:
                     # Check again under the lock: another worker may have
                     # stored the file between our cache miss and our SET NX.
@@ -292,9 +298,7 @@ class SharedRobotsTxtMiddleware:
                         return cached
                     return await self._fetch(hostkey)
                 finally:
-                    await script(self.client, RELEASE_SCRIPT)(
-                        keys=[lock_key], args=[token]
-                    )
+                    await self.fetch_lock.release(lock_key, token)
             # Another worker is fetching: poll the cache, gently.
             stats.inc_value("robotstxt/fetch_waits")
             await asyncio.sleep(poll)
@@ -368,9 +372,7 @@ class SharedRobotsTxtMiddleware:
                 "retry in %.0f s",
                 hostkey, status or "unreachable", int(failures), ttl,
             )  # fmt: skip
-            await park_host(
-                self.client, keys.FrontierKeys(self.prefix).host(hostkey), int(ttl_ms)
-            )
+            await self.records.park(hostkey, int(ttl_ms))
         return self._entry(status, body, ttl)
 
     async def _learn(self, hostkey: str, parser: RobotParser) -> None:
@@ -393,15 +395,14 @@ class SharedRobotsTxtMiddleware:
             assert stats is not None
             stats.inc_value("robotstxt/crawl_delay_capped")
             delay = self.delay_max
-        record = keys.FrontierKeys(self.prefix).host(hostkey)
         if delay > 0:
             spacing = round(max(delay, self.download_delay) * 1000)
-            await write_delay(self.client, record, spacing)
+            await self.records.set_delay(hostkey, spacing)
             # The robots.txt fetch itself was a request to the host, spaced by
             # the delay known before it: the next one must wait the new delay.
-            await park_host(self.client, record, spacing)
+            await self.records.park(hostkey, spacing)
         else:
-            await write_delay(self.client, record, None)
+            await self.records.set_delay(hostkey, None)
         if self.sitemap_seeds and rp is not None:
             sitemaps = list(getattr(rp, "sitemaps", ()))
             if sitemaps:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from extensions.keys import invalid_start_urls, start_urls
+from extensions.scripts import script
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -102,12 +103,11 @@ class SeedList:
         self.client = client
         self.key = start_urls(prefix)
         self.invalid_key = invalid_start_urls(prefix)
-        self._take = client.register_script(TAKE_LUA)
 
     async def take(self, n: int) -> tuple[list[Seed], list[tuple[bytes, str]]]:
         """Up to ``n`` seeds, oldest first, and the invalid entries with their
         reasons (already moved to the invalid list)."""
-        raw = await self._take(keys=[self.key], args=[n])
+        raw = await script(self.client, TAKE_LUA)(keys=[self.key], args=[n])
         seeds: list[Seed] = []
         invalid: list[tuple[bytes, str]] = []
         for entry in raw:
