@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from extensions.hosts import LUA_RECORD
-from extensions.keys import FrontierKeys
+from extensions.keys import FrontierKeys, crawl_patterns
 from extensions.scripts import script, server_now_ms
 
 if TYPE_CHECKING:
@@ -226,6 +226,17 @@ return n
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """What one worker leases with, constant for its whole run."""
+
+    id: str  # unique per run: names its leases, heartbeat and write-ahead log
+    lease_ms: int  # how long a lease lasts unless renewed (FRONTIER_LEASE_TIMEOUT)
+    default_delay_ms: int = 0  # the spacing of a host with no delay (DOWNLOAD_DELAY)
+    # A back-off raised longer ago than this is forgiven (BACKOFF_QUIET_PERIOD).
+    backoff_quiet_ms: int = 1_800_000
+
+
 @dataclass
 class LeaseBatch:
     """What one lease round trip returned."""
@@ -255,12 +266,25 @@ class Frontier:
     """Asynchronous access to one crawl's frontier in Redis.
 
     Stateless: several frontiers (workers) share the same keys safely, since
-    every change is one script.
+    every change is one script. ``worker`` binds what one worker leases with;
+    a frontier without one can queue and count, not lease (monitoring).
+    The worker registry (``web:{web}:workers``, worker id -> last heartbeat)
+    tells live workers from dead ones, whose write-ahead batches
+    :meth:`recover` queues.
     """
 
-    def __init__(self, client: aredis.Redis, prefix: str) -> None:
+    def __init__(
+        self, client: aredis.Redis, prefix: str, worker: Worker | None = None
+    ) -> None:
         self.client = client
         self.keys = FrontierKeys(prefix)
+        self._worker = worker
+
+    @property
+    def worker(self) -> Worker:
+        if self._worker is None:
+            raise TypeError("this Frontier was built without a Worker: it cannot lease")
+        return self._worker
 
     async def commit(
         self,
@@ -305,27 +329,21 @@ class Frontier:
             )
         )
 
-    async def lease(
-        self,
-        count: int,
-        worker: str,
-        lease_ms: int,
-        default_delay_ms: int,
-        reclaim: int = 32,
-        backoff_quiet_ms: int = 1_800_000,
-    ) -> LeaseBatch:
-        k = self.keys
+    async def lease(self, count: int, reclaim: int = 32) -> LeaseBatch:
+        """Reclaim up to ``reclaim`` expired leases (of any worker), then
+        lease up to ``count`` requests of hosts that are due."""
+        k, w = self.keys, self.worker
         res: list[Any] = await script(self.client, LEASE_LUA)(
             keys=[k.ready, k.leases, k.lease_data, k.seq],
             args=[
                 k.queue_prefix,
                 k.host_prefix,
                 count,
-                lease_ms,
-                worker,
-                default_delay_ms,
+                w.lease_ms,
+                w.id,
+                w.default_delay_ms,
                 reclaim,
-                backoff_quiet_ms,
+                w.backoff_quiet_ms,
             ],
         )
         items: list[bytes] = list(res[4:])
@@ -343,17 +361,38 @@ class Frontier:
             )
         )
 
-    async def extend(self, lease_ids: Sequence[str], lease_ms: int) -> int:
-        """Push the deadline of leases this worker still holds. ``XX`` leaves
-        alone a lease that was already reclaimed (it is queued again; this
-        worker's later acknowledgement of it is then a no-op)."""
+    async def extend(self, lease_ids: Sequence[str]) -> int:
+        """Push the deadline of leases this worker still holds by one lease
+        time. ``XX`` leaves alone a lease that was already reclaimed (it is
+        queued again; this worker's later acknowledgement of it is a no-op)."""
         if not lease_ids:
             return 0
-        deadline = await server_now_ms(self.client) + lease_ms
+        deadline = await server_now_ms(self.client) + self.worker.lease_ms
         changed = await self.client.zadd(
             self.keys.leases, dict.fromkeys(lease_ids, deadline), xx=True, ch=True
         )
         return cast("int", changed)
+
+    async def beat(self) -> None:
+        """Record this worker's heartbeat (Redis clock) in the registry. A
+        worker beats before it writes ahead, or its batches would never be
+        recovered."""
+        now = await server_now_ms(self.client)
+        await self.client.zadd(self.keys.workers, {self.worker.id: now})
+
+    async def retire(self) -> None:
+        """Leave the registry: a clean stop, with nothing written ahead left."""
+        await self.client.zrem(self.keys.workers, self.worker.id)
+
+    async def flush(self) -> int:
+        """Delete every key of the crawl but its seed list (the frontier, the
+        robots cache, the Bloom filter, the duplicate index): start afresh.
+        Returns the number of keys deleted."""
+        deleted = 0
+        for pattern in crawl_patterns(self.keys.prefix):
+            async for key in self.client.scan_iter(match=pattern, count=1000):
+                deleted += await self.client.unlink(key)
+        return deleted
 
     async def counts(self) -> tuple[int, int]:
         """(hosts with queued requests, leases outstanding)."""

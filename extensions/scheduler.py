@@ -49,9 +49,8 @@ from twisted.internet.defer import Deferred
 from extensions import config, defaults
 from extensions.canonical import canonicalize_url
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
-from extensions.frontier import Frontier, QueuedRequest
+from extensions.frontier import Frontier, QueuedRequest, Worker
 from extensions.hosts import host_key
-from extensions.keys import crawl_patterns
 from extensions.scoring import LocalHostCounts
 from extensions.serialization import (
     UnserializableRequest,
@@ -165,6 +164,7 @@ class RedisScheduler(BaseScheduler):
         # the requests through the dupefilter again (they are marked seen).
         self._pending: _Batch | None = None
         self._warned_unserializable = False
+        self._wake_warned = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -174,7 +174,17 @@ class RedisScheduler(BaseScheduler):
 
     def open(self, spider: Spider) -> Deferred[None]:
         self.spider = spider
-        self.frontier = Frontier(async_client(self.crawler), spider.name)
+        self.client = async_client(self.crawler)
+        self.frontier = Frontier(
+            self.client,
+            spider.name,
+            Worker(
+                self.worker,
+                int(self.lease_timeout * 1000),
+                self.default_delay_ms,
+                self.backoff_quiet_ms,
+            ),
+        )
         sig = self.crawler.signals
         sig.connect(self._on_items_stored, signal=items_stored)
         sig.connect(self._on_item_finished, signal=signals.item_dropped)
@@ -189,7 +199,7 @@ class RedisScheduler(BaseScheduler):
         await _maybe_await(self.dupefilter.open())
         logger.info(
             "Frontier %r opened as worker %s (persist=%s)",
-            self.frontier.keys.prefix if self.frontier else "",
+            self.spider.name if self.spider else "",
             self.worker,
             self.persist,
         )
@@ -214,12 +224,7 @@ class RedisScheduler(BaseScheduler):
         await self._retrying(self._sync_out, limit=5)
         if self._pending is None:
             # Nothing written ahead is left: no one needs to recover us.
-            await self._retrying(
-                self.frontier.client.zrem,
-                self.frontier.keys.workers,
-                self.worker,
-                limit=2,
-            )
+            await self._retrying(self.frontier.retire, limit=2)
         if self._memory:
             logger.warning(
                 "%s requests that cannot be stored in Redis are lost on close",
@@ -228,7 +233,7 @@ class RedisScheduler(BaseScheduler):
         await _maybe_await(self.dupefilter.close(reason))
         if not self.persist:
             await self._retrying(self._flush_keys, limit=5)
-        await self.frontier.client.aclose()
+        await self.client.aclose()
 
     def has_pending_requests(self) -> bool:
         return bool(
@@ -459,13 +464,7 @@ class RedisScheduler(BaseScheduler):
     async def _refill(self) -> None:
         assert self.frontier is not None
         want = min(self.batch_size, self.buffer_size - len(self._buffer))
-        batch = await self.frontier.lease(
-            want,
-            self.worker,
-            int(self.lease_timeout * 1000),
-            self.default_delay_ms,
-            backoff_quiet_ms=self.backoff_quiet_ms,
-        )
+        batch = await self.frontier.lease(want)
         self._remote_ready = batch.hosts_ready
         self._remote_leases = batch.leases_outstanding
         if batch.reclaimed:
@@ -497,12 +496,8 @@ class RedisScheduler(BaseScheduler):
         renew = [lease for lease, t in self._held.items() if now - t < MAX_LEASE_AGE]
         renew += [lease for lease, _ in self._buffer]
         if renew:
-            await self.frontier.extend(renew, int(self.lease_timeout * 1000))
-        sec, usec = await self.frontier.client.time()
-        await self.frontier.client.zadd(
-            self.frontier.keys.workers,
-            {self.worker: int(sec) * 1000 + int(usec) // 1000},
-        )
+            await self.frontier.extend(renew)
+        await self.frontier.beat()
         recovered = await self.frontier.recover(int(self.lease_timeout * 1000))
         if recovered:
             self.stats.inc_value("scheduler/recovered", recovered)
@@ -513,11 +508,7 @@ class RedisScheduler(BaseScheduler):
 
     async def _flush_keys(self) -> None:
         assert self.frontier is not None and self.spider is not None
-        client = self.frontier.client
-        deleted = 0
-        for pattern in crawl_patterns(self.spider.name):
-            async for key in client.scan_iter(match=pattern, count=1000):
-                deleted += await client.unlink(key)
+        deleted = await self.frontier.flush()
         logger.info("Flushed %s keys of crawl %r", deleted, self.spider.name)
 
     async def _retrying(
@@ -539,15 +530,28 @@ class RedisScheduler(BaseScheduler):
                 await asyncio.sleep(self._redis_failed(exc))
 
     def _wake_engine(self) -> None:
-        # The engine polls the scheduler after each response and every 5 s
-        # (its heartbeat); requests that arrive from Redis in between would
-        # wait for that heartbeat. Scrapy has no public call to ask for an
-        # earlier poll, so schedule the engine's own next call when it exists.
+        """Ask the engine to poll the scheduler now.
+
+        The engine polls after each response and every 5 s (its heartbeat);
+        requests that arrive from Redis in between would wait for that
+        heartbeat. Scrapy has no public call for an earlier poll, so this
+        schedules the engine's own next call (``ExecutionEngine._slot.nextcall``,
+        private): the one place webcrawl touches Scrapy's insides. Should a
+        Scrapy release rename it, requests wait for the heartbeat (slower,
+        never wrong) and this says so once.
+        """
         try:
             engine = self.crawler.engine
         except RuntimeError:  # not crawling (yet): nothing to wake
             return
-        slot = getattr(engine, "_slot", None)
-        nextcall = getattr(slot, "nextcall", None)
+        if engine is None:
+            return
+        nextcall = getattr(getattr(engine, "_slot", None), "nextcall", None)
         if nextcall is not None:
             nextcall.schedule()
+        elif not self._wake_warned:
+            self._wake_warned = True
+            logger.warning(
+                "This Scrapy's engine has no _slot.nextcall: requests leased "
+                "from Redis wait for the engine's heartbeat (up to 5 s)"
+            )
