@@ -28,7 +28,7 @@ from scrapy.exceptions import (
 )
 from twisted.internet import error as twisted_error
 
-from extensions import config, defaults
+from extensions import config, defaults, meta
 from extensions.connection import async_client, retry_redis
 from extensions.hosts import HostRecords, host_key
 
@@ -145,7 +145,7 @@ class BackoffMiddleware:
     async def process_response(self, request: Request, response: Response) -> Response:
         stats = self.crawler.stats
         assert stats is not None
-        lock = request.meta.get("politeness_lock") or {}
+        lock = request.meta.get(meta.POLITENESS_LOCK) or {}
         hostkey = host_key(request)
         if lock.get("fails"):
             opened = await retry_redis(

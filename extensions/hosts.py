@@ -45,6 +45,7 @@ from urllib.parse import urlsplit
 
 from scrapy.http import Request
 
+from extensions import meta
 from extensions.keys import FrontierKeys
 from extensions.scripts import LUA_NOW_MS, script
 
@@ -334,10 +335,12 @@ def deferred_copy(request: Request, reason: str) -> Request:
     """A copy of ``request`` to hand back to the scheduler when its host may
     not be fetched now: the frontier queues it under its parked host, so it is
     kept, not dropped. ``dont_filter`` stops the dupefilter from discarding
-    it; ``politeness_deferrals`` counts how often it came back.
+    it; :data:`extensions.meta.POLITENESS_DEFERRALS` counts how often it came
+    back.
     """
-    meta = dict(request.meta)
-    meta["politeness_deferrals"] = int(meta.get("politeness_deferrals", 0)) + 1
-    meta["politeness_deferred"] = reason
-    meta.pop("politeness_lock", None)
-    return request.replace(dont_filter=True, meta=meta)
+    copied = dict(request.meta)
+    deferrals = int(copied.get(meta.POLITENESS_DEFERRALS, 0))
+    copied[meta.POLITENESS_DEFERRALS] = deferrals + 1
+    copied[meta.POLITENESS_DEFERRED] = reason
+    copied.pop(meta.POLITENESS_LOCK, None)
+    return request.replace(dont_filter=True, meta=copied)

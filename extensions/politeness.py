@@ -20,7 +20,7 @@ from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.resolver import dnscache
 
-from extensions import config, defaults, keys
+from extensions import config, defaults, keys, meta
 from extensions.connection import async_client, retry_redis
 from extensions.hosts import (
     KEY_MODES,
@@ -237,7 +237,7 @@ class PolitenessMiddleware:
         return ip
 
     async def process_request(self, request: Request) -> Request | None:
-        if request.meta.get("dont_politeness") or not request.url.startswith(
+        if request.meta.get(meta.DONT_POLITENESS) or not request.url.startswith(
             ("http://", "https://")
         ):
             return None
@@ -275,10 +275,10 @@ class PolitenessMiddleware:
                         await self.lock.release(lock_id, token)
                     continue
                 break
-            if ms > self.max_wait_ms and request.meta.get("dont_defer"):
+            if ms > self.max_wait_ms and request.meta.get(meta.DONT_DEFER):
                 stats.inc_value("politeness/parked_refused")
                 raise HostParked(f"{hostkey} parked or spaced for {ms} ms")
-            deferrals = int(request.meta.get("politeness_deferrals", 0))
+            deferrals = int(request.meta.get(meta.POLITENESS_DEFERRALS, 0))
             if ms > self.max_wait_ms and deferrals < self.max_deferrals:
                 reason = "parked" if code == LockState.PARKED else "spaced"
                 stats.inc_value(f"politeness/deferred/{reason}")
@@ -295,7 +295,7 @@ class PolitenessMiddleware:
             stats.inc_value("politeness/lock_wait_ms", waited_ms)
             stats.max_value("politeness/lock_wait_ms_max", waited_ms)
         stats.inc_value("politeness/lock_acquired")
-        request.meta["politeness_lock"] = {
+        request.meta[meta.POLITENESS_LOCK] = {
             "id": lock_id,
             "host": hostkey,
             "token": token,
@@ -315,7 +315,7 @@ class PolitenessMiddleware:
         # The server had the request before it answered: the spacing can run
         # from the response headers, not from after the body and the other
         # middlewares (a busy worker would add its own lag to every interval).
-        held = request.meta.get("politeness_lock")
+        held = request.meta.get(meta.POLITENESS_LOCK)
         if held and held.get("spacing_ms") and not held.get("released"):
             task = asyncio.ensure_future(self._fetched(request))
             self._tasks.add(task)
@@ -323,7 +323,7 @@ class PolitenessMiddleware:
 
     async def _fetched(self, request: Request) -> None:
         """The fetch is over: the lock now lasts one spacing from here."""
-        held = request.meta.get("politeness_lock")
+        held = request.meta.get(meta.POLITENESS_LOCK)
         if not held or not held.get("spacing_ms") or held.get("released"):
             return
         held["released"] = True
@@ -362,7 +362,7 @@ class PolitenessMiddleware:
             freed.set()
 
     def _reached_downloader(self, request: Request) -> None:
-        if "politeness_lock" not in request.meta:
+        if meta.POLITENESS_LOCK not in request.meta:
             return
         slot = self._slot(request)
         if slot is not None and (slot.delay or slot.jitter):

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy.exceptions import IgnoreRequest, NotConfigured
@@ -22,7 +23,7 @@ from scrapy.http import Request
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from extensions import config, defaults, keys
+from extensions import config, defaults, keys, meta
 from extensions.connection import async_client, retry_redis
 from extensions.hosts import HostRecords, deferred_copy, host_key
 from extensions.locks import TokenLock, new_token
@@ -68,21 +69,31 @@ return {failures, ttl}
 )
 
 
-def classify(status: int) -> str:
-    """RFC 9309's status classes: ``parse``, ``allow`` (unavailable) or
-    ``disallow`` (unreachable: retry later).
+class Verdict(StrEnum):
+    """What RFC 9309 makes of a robots.txt fetch, by its status."""
 
-    >>> [classify(s) for s in (200, 206, 301, 404, 410)]
+    #: 2xx: the file rules; parse it.
+    PARSE = "parse"
+    #: Unavailable (4xx, a redirect not followed): everything is allowed.
+    ALLOW = "allow"
+    #: Unreachable (5xx, 429, no answer): nothing is allowed; retry later.
+    DISALLOW = "disallow"
+
+
+def classify(status: int) -> Verdict:
+    """RFC 9309's status classes.
+
+    >>> [classify(s).value for s in (200, 206, 301, 404, 410)]
     ['parse', 'parse', 'allow', 'allow', 'allow']
-    >>> [classify(s) for s in (429, 500, 503, UNREACHABLE)]
+    >>> [classify(s).value for s in (429, 500, 503, UNREACHABLE)]
     ['disallow', 'disallow', 'disallow', 'disallow']
     """
     if 200 <= status < 300:
-        return "parse"
+        return Verdict.PARSE
     # RFC 9309 2.3.1.4: 429 is in practice a server error (Google does so).
     if status == 429 or status >= 500 or status == UNREACHABLE:
-        return "disallow"
-    return "allow"
+        return Verdict.DISALLOW
+    return Verdict.ALLOW
 
 
 @dataclass(slots=True)
@@ -95,7 +106,7 @@ class RobotsEntry:
     retry_in: float = 0.0  # seconds until an unreachable robots.txt is retried
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         return classify(self.status)
 
 
@@ -211,10 +222,12 @@ class SharedRobotsTxtMiddleware:
         assert stats is not None
         entry = await self.entry(host_key(request))
         verdict = entry.verdict
-        if verdict == "allow" or (entry.parser is None and verdict == "parse"):
+        if verdict is Verdict.ALLOW or (
+            entry.parser is None and verdict is Verdict.PARSE
+        ):
             return None
-        if verdict == "disallow":
-            deferrals = int(request.meta.get("politeness_deferrals", 0))
+        if verdict is Verdict.DISALLOW:
+            deferrals = int(request.meta.get(meta.POLITENESS_DEFERRALS, 0))
             if deferrals < self.max_deferrals:
                 stats.inc_value("robotstxt/deferred")
                 return deferred_copy(request, "robots")
@@ -269,7 +282,7 @@ class SharedRobotsTxtMiddleware:
 
     def _entry(self, status: int, body: bytes, ttl: float) -> RobotsEntry:
         parser = None
-        if classify(status) == "parse":
+        if classify(status) is Verdict.PARSE:
             parser = build_from_crawler(
                 self._parserimpl, self.crawler, body[: self.max_size]
             )
@@ -323,7 +336,7 @@ class SharedRobotsTxtMiddleware:
                 "download_warnsize": 0,
                 "dont_retry": True,
                 # A parked host fails this fetch (HostParked), never defers it.
-                "dont_defer": True,
+                meta.DONT_DEFER: True,
             },
         )
         stats.inc_value("robotstxt/request_count")
@@ -346,7 +359,7 @@ class SharedRobotsTxtMiddleware:
             status, body = 404, b""  # a redirect not followed: unavailable
         stats.inc_value(f"robotstxt/response_status_count/{status}")
         body = body[: self.max_size]
-        failure = classify(status) == "disallow"
+        failure = classify(status) is Verdict.DISALLOW
         if failure:
             stats.inc_value("robotstxt/failures")
         early = self._entry(status, body, 0.0)

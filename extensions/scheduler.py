@@ -38,6 +38,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import signals
@@ -46,7 +47,7 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.defer import Deferred
 
-from extensions import config, defaults
+from extensions import config, defaults, meta
 from extensions.canonical import canonicalize_url
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.frontier import Frontier, QueuedRequest, Worker
@@ -67,7 +68,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LEASE_META = "frontier_lease"
 # Leases are not renewed past this age: a request whose outcome never comes
 # (a bug, a lost signal) is then reclaimed instead of being held forever.
 MAX_LEASE_AGE = 3600.0
@@ -83,6 +83,21 @@ async def _maybe_await(result: Any) -> Any:
     return result
 
 
+class Stage(Enum):
+    """Where an outbox batch is on its way to Redis; a Redis failure retries
+    the batch from its stage (``RedisScheduler._sync_out``)."""
+
+    #: Serialized and scored, not yet written anywhere.
+    NEW = "new"
+    #: Written ahead (:meth:`Frontier.log_ahead`): a live worker queues it
+    #: should this one die before the commit.
+    LOGGED = "logged"
+    #: Sent to the dupefilter, whose answer was lost: queue the batch whole.
+    UNCERTAIN = "uncertain"
+    #: Filtered by the dupefilter: ``queued`` holds what to commit.
+    DEDUPED = "deduped"
+
+
 @dataclass
 class _Batch:
     """An outbox batch on its way to Redis (see ``RedisScheduler._sync_out``)."""
@@ -90,7 +105,7 @@ class _Batch:
     candidates: list[tuple[Request, QueuedRequest]]
     acks: list[str]
     entry: str
-    stage: str = "new"  # new -> logged -> (uncertain ->) deduped -> committed
+    stage: Stage = Stage.NEW
     queued: list[QueuedRequest] = field(default_factory=list)
 
 
@@ -251,7 +266,7 @@ class RedisScheduler(BaseScheduler):
         canonical = canonicalize_url(request.url)
         if canonical != request.url:
             request = request.replace(url=canonical)
-        parent = request.meta.pop(LEASE_META, None)
+        parent = request.meta.pop(meta.FRONTIER_LEASE, None)
         if parent is not None:
             # A redirect or retry of a leased request: the lease is handed
             # over in the script that queues this request.
@@ -266,7 +281,7 @@ class RedisScheduler(BaseScheduler):
         if self._buffer:
             lease, request = self._buffer.popleft()
             self._held[lease] = time.monotonic()
-            request.meta[LEASE_META] = lease
+            request.meta[meta.FRONTIER_LEASE] = lease
             self.stats.inc_value("scheduler/dequeued/redis")
             self.stats.inc_value("scheduler/dequeued")
             return request
@@ -295,10 +310,10 @@ class RedisScheduler(BaseScheduler):
 
     def _on_spider_error(self, failure: Any, response: Any, **_: Any) -> None:
         if response is not None:
-            self._ack(response.meta.get(LEASE_META))
+            self._ack(response.meta.get(meta.FRONTIER_LEASE))
 
     def _on_request_dropped(self, request: Request, **_: Any) -> None:
-        self._ack(request.meta.get(LEASE_META))
+        self._ack(request.meta.get(meta.FRONTIER_LEASE))
 
     # -- the background task --------------------------------------------------
 
@@ -383,15 +398,15 @@ class RedisScheduler(BaseScheduler):
                 acks, self._acks = self._acks, []
                 self._pending = self._prepare(batch, acks)
             p = self._pending
-            if p.stage == "new":
+            if p.stage is Stage.NEW:
                 if p.candidates:
                     await self.frontier.log_ahead(
                         self.worker, p.entry, [q for _, q in p.candidates]
                     )
-                p.stage = "logged"
-            if p.stage == "logged":
+                p.stage = Stage.LOGGED
+            if p.stage is Stage.LOGGED:
                 checked = [r for r, _ in p.candidates if not r.dont_filter]
-                p.stage = "uncertain"
+                p.stage = Stage.UNCERTAIN
                 seen = iter(
                     await self.dupefilter.requests_seen(checked) if checked else []
                 )
@@ -403,11 +418,11 @@ class RedisScheduler(BaseScheduler):
                         )
                     else:
                         p.queued.append(queued)
-                p.stage = "deduped"
-            if p.stage == "uncertain":
+                p.stage = Stage.DEDUPED
+            if p.stage is Stage.UNCERTAIN:
                 self.stats.inc_value("scheduler/dedup_uncertain", len(p.candidates))
                 p.queued = [q for _, q in p.candidates]
-                p.stage = "deduped"
+                p.stage = Stage.DEDUPED
             wal = (self.worker, p.entry) if p.candidates else None
             added, acked = await self.frontier.commit(p.queued, p.acks, wal)
             self._pending = None

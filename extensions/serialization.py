@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.utils.request import request_from_dict
 
+from extensions.meta import FRONTIER_LEASE
+
 if TYPE_CHECKING:
     from scrapy import Spider
 
@@ -55,7 +57,7 @@ _SHORT = {
 }
 _LONG = {v: k for k, v in _SHORT.items()}
 # Meta keys never stored: per-attempt state that must not survive a re-queue.
-TRANSIENT_META = frozenset({"download_slot", "download_latency", "frontier_lease"})
+TRANSIENT_META = frozenset({"download_slot", "download_latency", FRONTIER_LEASE})
 
 
 class UnserializableRequest(ValueError):

@@ -14,7 +14,7 @@ from scrapy.exceptions import DownloadConnectionRefusedError, NotConfigured
 from scrapy.http import HtmlResponse, Request
 from scrapy.statscollectors import MemoryStatsCollector
 
-from extensions import keys
+from extensions import keys, meta
 from extensions.backoff import BackoffMiddleware
 from tests.httpserver import LogServer, Reply, Route, crawl, reply
 from tests.utils import get_crawler
@@ -105,7 +105,7 @@ def test_breaker_opens_parks_and_closes(
         await mw.process_exception(req, ValueError("x"))
         assert redis_client.hget(RECORD, "fails") == b"4"
         # The probe after the cool-down answers (the lock put fails in meta).
-        probe = Request("http://a.test/y", meta={"politeness_lock": {"fails": 4}})
+        probe = Request("http://a.test/y", meta={meta.POLITENESS_LOCK: {"fails": 4}})
         await mw.process_response(probe, HtmlResponse(probe.url, status=200))
         await mw.records.client.aclose()
 

@@ -15,7 +15,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http import Request
 from scrapy.statscollectors import MemoryStatsCollector
 
-from extensions import keys
+from extensions import keys, meta
 from extensions.hosts import host_key
 from extensions.politeness import (
     HostLock,
@@ -215,7 +215,7 @@ def test_middleware_waits_and_counts(redis_url: str) -> None:
         for n in range(3):
             request = Request(f"http://a.test/{n}")
             assert await mw.process_request(request) is None
-            held = request.meta["politeness_lock"]
+            held = request.meta[meta.POLITENESS_LOCK]
             assert held["spacing_ms"] == 150
             started.append(
                 await hold_started_ms(
@@ -253,7 +253,7 @@ def test_middleware_defers_a_parked_host(
 
     result = asyncio.run(main())
     assert isinstance(result, Request)
-    assert result.dont_filter and result.meta["politeness_deferrals"] == 1
+    assert result.dont_filter and result.meta[meta.POLITENESS_DEFERRALS] == 1
     assert mw.crawler.stats.get_value("politeness/deferred/parked") == 1
 
 

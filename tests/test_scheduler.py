@@ -16,7 +16,8 @@ import pytest
 from scrapy import Request, Spider
 
 from extensions.embedded_redis import RedisProcess
-from extensions.scheduler import LEASE_META, RedisScheduler
+from extensions.meta import FRONTIER_LEASE
+from extensions.scheduler import RedisScheduler
 from extensions.signals import items_stored
 from pipelines.items import PageItem
 from tests.utils import get_crawler
@@ -122,7 +123,7 @@ def test_pending_until_outcome_is_durable(
         s.enqueue_request(Request("http://a.test/1"))
         assert s.has_pending_requests()
         (request,) = await drain(s, 1)
-        lease = request.meta[LEASE_META]
+        lease = request.meta[FRONTIER_LEASE]
         await asyncio.sleep(0.3)
         # Fetched but not stored: the crawl is not finished.
         assert s.has_pending_requests()
@@ -223,7 +224,7 @@ def test_redirect_hands_over_its_lease(redis_url: str) -> None:
         s.enqueue_request(child)
         (got,) = await drain(s, 1)
         assert got.url == "http://a.test/new"
-        assert got.meta[LEASE_META] != parent.meta[LEASE_META]
+        assert got.meta[FRONTIER_LEASE] != parent.meta[FRONTIER_LEASE]
         stats = crawler.stats
         assert stats is not None
 

@@ -40,7 +40,7 @@ from scrapy.utils.sitemap import Sitemap
 from extensions import config
 from extensions.config import SettingsError
 from extensions.connection import async_client
-from extensions.scheduler import LEASE_META
+from extensions.meta import FRONTIER_LEASE
 from extensions.seeds import SeedList
 from pipelines.items import PageItem
 from webcrawl import defaults
@@ -251,7 +251,7 @@ class WebSpider(Spider):
             body=response.body,
             encoding=getattr(response, "encoding", None),
             error=error,
-            lease=request.meta.get(LEASE_META),
+            lease=request.meta.get(FRONTIER_LEASE),
             worker=self.worker,
         )
 
@@ -316,7 +316,7 @@ class WebSpider(Spider):
             referrer=_referrer(request),
             fetched_at=time.time(),
             error=f"{type(value).__name__}: {value}"[:500],
-            lease=request.meta.get(LEASE_META),
+            lease=request.meta.get(FRONTIER_LEASE),
             worker=self.worker,
         )
 
