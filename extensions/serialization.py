@@ -182,12 +182,3 @@ def request_from_bytes(
         for k, v in json.loads(tail).items():
             d[_LONG.get(k, k)] = _decode_value(v)
     return request_from_dict(d, spider=spider)
-
-
-def priority_from_score(score: float) -> int:
-    """Recover ``request.priority`` from a frontier score.
-
-    >>> priority_from_score((32768 - 7) * 2**36 + 12345)
-    7
-    """
-    return 32768 - int(score) // 2**36

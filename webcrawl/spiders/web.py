@@ -2,7 +2,8 @@
 
 Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
 ``MAX_IDLE_TIME_BEFORE_CLOSE``, ``WEB_ALLOWED_DOMAINS``,
-``WEB_SCOPE_SEED_HOSTS`` (defaults in :mod:`webcrawl.defaults`).
+``WEB_SCOPE_SEED_HOSTS``, ``WEBCRAWL_WORKER_ID`` (defaults in
+:mod:`webcrawl.defaults`).
 
 Spider arguments (``-a``): ``allowed_domains`` (comma list), ``max_depth``
 (a whole number >= 1, sets ``DEPTH_LIMIT``; 0 is refused: leave it out for no
