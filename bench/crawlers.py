@@ -227,6 +227,8 @@ def _commands(
             "MAX_IDLE_TIME_BEFORE_CLOSE": run.idle_close,
             "SEED_POLL_INTERVAL": 0.5,
             "WEB_ALLOWED_DOMAINS": "sandbox.test",
+            # The sandbox web is on loopback: lift the SSRF guard.
+            "ALLOW_PRIVATE_ADDRESSES": True,
             # 1 M URLs (1.8 MB), as webcrawl.localcrawl does for the sandbox.
             "BLOOM_CAPACITY": 1_000_000,
         }

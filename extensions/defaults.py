@@ -94,6 +94,24 @@ BREAKER_COOLDOWN: Annotated[float, Range(above=0)] = 300.0
 # Cap in seconds of a breaker's cool-down.
 BREAKER_MAX_COOLDOWN: Annotated[float, Range(above=0)] = 86400.0
 
+# --- Safety: SSRF guard and trap limits (extensions.addresses, extensions.traps) --
+# Let the crawler connect to loopback, private, link-local and other non-public addresses.
+ALLOW_PRIVATE_ADDRESSES = False
+# CIDR ranges connected to even though non-public (e.g. ["10.1.0.0/16"]); the rest stays refused.
+ADDRESS_ALLOWLIST: list[str] = []
+# Turn on the trap filter on the spider's output (the limits below and URLLENGTH_LIMIT).
+TRAPS_ENABLED = True
+# Most path segments of a URL followed (0: no limit).
+TRAP_MAX_PATH_DEPTH: Annotated[int, Range(0)] = 20
+# Most times one path segment may occur in a URL (/a/b/a/b/a/b, /a/a/a; 0: no limit).
+TRAP_MAX_SEGMENT_REPEATS: Annotated[int, Range(0)] = 2
+# Distinct URLs of a host admitted, fleet-wide (0: no limit).
+HOST_MAX_PAGES: Annotated[int, Range(0)] = 0
+# Distinct query strings (or dated / session-id variants) of one path of a host admitted, fleet-wide (0: no limit).
+TRAP_MAX_QUERY_VARIANTS: Annotated[int, Range(0)] = 500
+# Links followed per page (more are dropped and counted; 0: no limit).
+MAX_OUTLINKS_PER_PAGE: Annotated[int, Range(0)] = 1000
+
 # --- Bloom dupefilter (extensions.dupefilter, extensions.bloom) ---------------
 # Items the first Bloom layer holds at BLOOM_ERROR_RATE (at 0.1%: 180 MB of Redis).
 BLOOM_CAPACITY: Annotated[int, Range(1)] = 100_000_000
@@ -131,4 +149,5 @@ scrapy_rules = [
     Spec("DOWNLOAD_DELAY", 0.0, float, Range(0)),
     Spec("DOWNLOAD_TIMEOUT", 180.0, float, Range(above=0)),
     Spec("CONCURRENT_REQUESTS", 16, int, Range(1)),
+    Spec("URLLENGTH_LIMIT", 2083, int, Range(0)),
 ]

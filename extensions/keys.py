@@ -31,6 +31,11 @@ key                             type    what it holds
 ``web:robots:fetch:<host>``     STRING  short lock: one robots fetch per fleet
 ``web:bloom:{web:<n>}:<layer>`` STRING  Bloom filter bitmap shard n of a layer
 ``web:bloom:meta``              HASH    Bloom filter geometry and layer count
+``web:traps:{web:traps:<h>}:``  HLL     distinct URLs of host h admitted by the
+``pages``                               trap filter (``HOST_MAX_PAGES``)
+``web:traps:{web:traps:<h>}:``  HLL     distinct query strings (or dated /
+``v:<path>``                            session-id variants) of one path
+                                        (``TRAP_MAX_QUERY_VARIANTS``)
 ``web:simhash:{web:simhash}:``  SET     near-duplicate band index: page ids
 ``<band>:<block>``                      whose SimHash has that 16-bit block
 ``web:simhash:{web:simhash}:``  HASH    page id -> "<simhash> <content hash>"
@@ -142,7 +147,27 @@ def crawl_patterns(prefix: str) -> list[str]:
         f"{prefix}:robots:*",
         f"{prefix}:bloom:*",
         f"{prefix}:simhash:*",
+        f"{prefix}:traps:*",
     ]
+
+
+def trap_pages(prefix: str, host: str) -> str:
+    """Distinct URLs of a host admitted (HyperLogLog); tagged by host so one
+    script reads it with the host's variant keys on a cluster too.
+
+    >>> trap_pages("web", "http://a.test:80")
+    'web:traps:{web:traps:http://a.test:80}:pages'
+    """
+    return f"{prefix}:traps:{{{prefix}:traps:{host}}}:pages"
+
+
+def trap_variants(prefix: str, host: str, path: str) -> str:
+    """Distinct query strings (or date variants) of one path of a host (HLL).
+
+    >>> trap_variants("web", "http://a.test:80", "/search")
+    'web:traps:{web:traps:http://a.test:80}:v:/search'
+    """
+    return f"{prefix}:traps:{{{prefix}:traps:{host}}}:v:{path}"
 
 
 def host_lock(prefix: str, lock_id: str) -> str:

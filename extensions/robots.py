@@ -17,8 +17,10 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import urlsplit
 
-from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy import signals
+from scrapy.exceptions import IgnoreRequest, NotConfigured, StopDownload
 from scrapy.http import Request
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.misc import build_from_crawler, load_object
@@ -37,6 +39,9 @@ if TYPE_CHECKING:
     from scrapy.robotstxt import RobotParser
 
 logger = logging.getLogger(__name__)
+
+# Meta key of our own robots.txt requests: counts the bytes received so far.
+ROBOTS_BYTES_META = "robots_bytes"
 
 # Status stored for a robots.txt that could not be fetched at all (timeout,
 # connection refused, DNS): treated like a 5xx.
@@ -153,7 +158,14 @@ class SharedRobotsTxtMiddleware:
     The fetching worker writes the host's ``delay`` (max of
     ``DOWNLOAD_DELAY`` and the ``Crawl-delay``/``Request-rate``, capped by
     ``ROBOTS_CRAWL_DELAY_MAX``) to the host record and pushes the
-    ``Sitemap:`` URLs onto the seed list.
+    ``Sitemap:`` URLs within the spider's ``allowed_domains`` (all when it has
+    none) onto the seed list; a robots.txt redirect out of that scope is not
+    followed (the file is then unavailable).
+
+    A larger file is cut at ``ROBOTS_MAX_SIZE`` bytes as they arrive
+    (``StopDownload``) and that much is parsed (RFC 9309 2.5); only a file
+    announced larger than ``DOWNLOAD_MAXSIZE`` (the bound of every download,
+    decompression included) is unreachable.
     """
 
     DOWNLOAD_PRIORITY = 1000
@@ -189,6 +201,7 @@ class SharedRobotsTxtMiddleware:
         self._pending: dict[str, asyncio.Future[RobotsEntry]] = {}
         self._capped_logged: set[str] = set()
         self._client: aredis.Redis | None = None
+        crawler.signals.connect(self._on_bytes, signal=signals.bytes_received)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -214,6 +227,10 @@ class SharedRobotsTxtMiddleware:
         return TokenLock(self.client)
 
     async def process_request(self, request: Request) -> Request | None:
+        if ROBOTS_BYTES_META in request.meta and not self._in_scope(request.url):
+            # Our robots.txt fetch redirected out of the crawl's scope: not
+            # followed (RFC 9309 then counts the file as unavailable).
+            raise IgnoreRequest("robots.txt redirected out of scope")
         if request.meta.get("dont_obey_robotstxt") or not request.url.startswith(
             ("http://", "https://")
         ):
@@ -330,9 +347,9 @@ class SharedRobotsTxtMiddleware:
                 "dont_obey_robotstxt": True,
                 "redirect_ttl": self.max_redirects,
                 "download_timeout": self.fetch_timeout,
-                # Parse the first ROBOTS_MAX_SIZE bytes of a larger file, but
-                # do not download a huge one: beyond this it is unreachable.
-                "download_maxsize": self.max_size * 8,
+                # Read the first ROBOTS_MAX_SIZE bytes of a larger file and
+                # stop (_on_bytes): RFC 9309 asks to parse at least 500 KiB.
+                ROBOTS_BYTES_META: 0,
                 "download_warnsize": 0,
                 "dont_retry": True,
                 # A parked host fails this fetch (HostParked), never defers it.
@@ -388,6 +405,26 @@ class SharedRobotsTxtMiddleware:
             await self.records.park(hostkey, int(ttl_ms))
         return self._entry(status, body, ttl)
 
+    def _on_bytes(self, data: bytes, request: Request, **_: Any) -> None:
+        """Stop a robots.txt download once ``ROBOTS_MAX_SIZE`` bytes arrived;
+        what arrived is the response (``fail=False``)."""
+        got = request.meta.get(ROBOTS_BYTES_META)
+        if got is None:
+            return
+        got += len(data)
+        request.meta[ROBOTS_BYTES_META] = got
+        if got >= self.max_size:
+            raise StopDownload(fail=False)
+
+    def _in_scope(self, url: str) -> bool:
+        """Whether ``url``'s host is in the spider's ``allowed_domains`` (by
+        host name, port ignored, as the web spider scopes its links)."""
+        domains = getattr(self.crawler.spider, "allowed_domains", None)
+        if not domains:
+            return True
+        host = (urlsplit(url).hostname or "").lower()
+        return any(host == d or host.endswith("." + d) for d in domains)
+
     async def _learn(self, hostkey: str, parser: RobotParser) -> None:
         """Write the host's delay and hand its sitemaps to the frontier."""
         rp = getattr(parser, "rp", None)
@@ -417,7 +454,15 @@ class SharedRobotsTxtMiddleware:
         else:
             await self.records.set_delay(hostkey, None)
         if self.sitemap_seeds and rp is not None:
-            sitemaps = list(getattr(rp, "sitemaps", ()))
+            found = list(getattr(rp, "sitemaps", ()))
+            # A sitemap seeds the crawl: it obeys the crawl's scope like a link.
+            sitemaps = [url for url in found if self._in_scope(url)]
+            if len(sitemaps) < len(found):
+                stats = self.crawler.stats
+                assert stats is not None
+                stats.inc_value(
+                    "robotstxt/sitemaps_out_of_scope", len(found) - len(sitemaps)
+                )
             if sitemaps:
                 await self.client.lpush(keys.start_urls(self.prefix), *sitemaps)
                 stats = self.crawler.stats

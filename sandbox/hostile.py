@@ -23,6 +23,12 @@ huge           ``/huge.html``: a ``HUGE_SIZE`` (20 MiB) HTML page
 duplicates     ``/dup/original.html`` = ``/dup/copy-a.html`` = ``/dup/copy-b.html``
                byte for byte; ``/dup/near-a.html``, ``/dup/near-b.html``: the
                original with ``NEAR_CHANGED_WORDS`` words changed
+traps          ``/repeat/``: every page links ``a/`` and ``b/a/`` (relative), so
+               ``/repeat/a/a/a/...`` and ``/repeat/b/a/b/a/...`` never end;
+               ``/session/page.html?sid=N`` links ``?sid=N+1``;
+               ``/s/<token>/page.html`` links the next token (a session id in
+               the path); ``/facets``: every page links each facet value added
+               to its query (``?color=red&size=m&...``), a combinatorial explosion
 etag           every page gets ``ETag``/``Last-Modified``; ``If-None-Match`` /
                ``If-Modified-Since`` get a 304 (see ``Site.page_response``)
 =============  =================================================================
@@ -89,6 +95,12 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
     "huge": ("/huge.html",),
     "duplicates": DUPLICATE_EXACT + DUPLICATE_NEAR,
     "etag": (),
+    "traps": (
+        "/repeat/",
+        "/session/page.html?sid=1",
+        f"/s/{0:020x}/page.html",
+        "/facets",
+    ),
 }
 # Paths reached only through a feature's redirects.
 FOLLOWED_PATHS: dict[str, tuple[str, ...]] = {
@@ -100,6 +112,13 @@ FOLLOWED_PATHS: dict[str, tuple[str, ...]] = {
     ),
 }
 _CALENDAR_RE = re.compile(r"^/calendar/(\d{4})/(\d{2})$")
+_TOKEN_RE = re.compile(r"^/s/([0-9a-f]{20})/page\.html$")
+FACETS = {
+    "color": ("red", "green", "blue"),
+    "size": ("s", "m", "l", "xl"),
+    "brand": ("acme", "globex", "initech"),
+    "sort": ("price", "name"),
+}
 
 
 def entry_paths(features: Iterable[str]) -> list[str]:
@@ -194,6 +213,10 @@ class Hostile:
             return self.bomb()
         if "huge" in f and path == "/huge.html":
             return self.site.page_response(self.huge(), req)
+        if "traps" in f and path.startswith(
+            ("/repeat/", "/session/", "/s/", "/facets")
+        ):
+            return self.trap(path, req.query)
         if "duplicates" in f and path.startswith("/dup/"):
             page = self.duplicates().get(path)
             return None if page is None else self.site.page_response(page, req)
@@ -225,6 +248,29 @@ class Hostile:
             _html(f"Events {year:04d}-{month:02d}", body).encode(),
             [("Content-Type", HTML)],
         )
+
+    # --- traps ---------------------------------------------------------------
+    def trap(self, path: str, query: str) -> Response | None:
+        if path.startswith("/repeat/") and path.endswith("/"):
+            links = ["a/", "b/a/"]
+        elif path == "/session/page.html" and query.startswith("sid="):
+            sid = int(query[4:]) if query[4:].isdigit() else 0
+            links = [f"/session/page.html?sid={sid + 1}"]
+        elif match := _TOKEN_RE.match(path):
+            links = [f"/s/{int(match.group(1), 16) + 1:020x}/page.html"]
+        elif path == "/facets":
+            chosen = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
+            links = []
+            for name, values in FACETS.items():
+                for value in values:
+                    if chosen.get(name) != value:
+                        q = sorted({**chosen, name: value}.items())
+                        links.append("/facets?" + "&".join(f"{k}={v}" for k, v in q))
+        else:
+            return None
+        items = "".join(f'<li><a href="{u}">{u}</a></li>\n' for u in links)
+        body = _html("Trap", f"<ul>\n{items}</ul>")
+        return Response(200, body.encode(), [("Content-Type", HTML)])
 
     # --- redirects -----------------------------------------------------------
     def redirect(self, path: str) -> Response | None:

@@ -56,6 +56,7 @@ FEATURES = frozenset(
         "huge",
         "duplicates",
         "etag",
+        "traps",
     }
 )
 # Children per page in the spanning tree that makes every page reachable.

@@ -130,6 +130,12 @@ import scrapy
 class TestSpider(scrapy.Spider):
     name = "web"
 
+    @classmethod
+    def from_crawler(cls, crawler, *args, **kwargs):
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        spider.allowed_domains = crawler.settings.getlist("TEST_ALLOWED_DOMAINS")
+        return spider
+
     async def start(self):
         for url in json.loads(os.environ["TEST_URLS"]):
             yield scrapy.Request(url, dont_filter=True, errback=self.failed)

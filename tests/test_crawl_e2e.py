@@ -155,6 +155,7 @@ def test_sigkilled_workers_lose_nothing(redis_url: str, tmp_path: Path) -> None:
         "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
         "SEED_POLL_INTERVAL": 0.5,
         "WEB_ALLOWED_DOMAINS": "sandbox.test",
+        "ALLOW_PRIVATE_ADDRESSES": True,
         "BLOOM_CAPACITY": 1_000_000,
     }
     report = crawl_sandbox(

@@ -52,6 +52,7 @@ def servers() -> Iterator[dict[str, LogServer]]:
         "ok": {
             "/robots.txt": robots(
                 DISALLOW + b"Crawl-delay: 120\nSitemap: http://s.test/sitemap.xml\n"
+                b"Sitemap: http://elsewhere.test/sitemap.xml\n"  # out of scope
             )
         },
         "notfound": {"/robots.txt": robots(b"Disallow: /", 404)},
@@ -61,6 +62,9 @@ def servers() -> Iterator[dict[str, LogServer]]:
         "redirect5": chain(5, DISALLOW),
         "redirect6": chain(6, DISALLOW),
         "big": {"/robots.txt": robots(DISALLOW + PADDING + b"Disallow: /late\n")},
+        # Over 8 x ROBOTS_MAX_SIZE (its download used to be cancelled, then
+        # the file counted as unreachable and disallowed the whole host).
+        "huge": {"/robots.txt": robots(DISALLOW + PADDING * 8)},
         "garbage": {"/robots.txt": robots(GARBAGE)},
         "timeout": {"/robots.txt": reply(b"User-agent: *\nDisallow:\n")},
     }
@@ -70,11 +74,18 @@ def servers() -> Iterator[dict[str, LogServer]]:
         for name, routes in kinds.items():
             server = LogServer(routes, delays=slow.get(name))
             found[name] = stack.enter_context(server)
+        # A redirect out of the crawl's scope (localhost is not in
+        # TEST_ALLOWED_DOMAINS): not followed, the file is unavailable.
+        found["offsite"] = stack.enter_context(LogServer())
+        found["offsite"].routes["/robots.txt"] = redirect(
+            f"http://localhost:{found['ok'].port}/robots.txt"
+        )
         yield found
 
 
 def test_big_body_is_over_500_kib() -> None:
     assert len(DISALLOW + PADDING) > 600_000 > defaults.ROBOTS_MAX_SIZE
+    assert len(DISALLOW + PADDING * 8) > 8 * defaults.ROBOTS_MAX_SIZE
 
 
 def test_refuses_to_run_beside_scrapys_robots() -> None:
@@ -106,6 +117,7 @@ def test_status_classes_redirects_size_and_garbage(
         ROBOTS_FETCH_TIMEOUT=0.5,
         ROBOTS_CRAWL_DELAY_MAX=0.2,
         RETRY_ENABLED=False,
+        TEST_ALLOWED_DOMAINS="127.0.0.1,s.test",
     )
     s = servers
 
@@ -113,12 +125,12 @@ def test_status_classes_redirects_size_and_garbage(
         return s[name].count(path) > 0
 
     # One robots.txt fetch per host, however many requests wait for it.
-    for name in ("ok", "notfound", "error", "big", "garbage"):
+    for name in ("ok", "notfound", "error", "big", "huge", "garbage"):
         assert s[name].count("/robots.txt") == 1, name
     # 2xx: parsed; /private is never fetched.
     assert fetched("ok", "/page") and not fetched("ok", "/private")
-    # 4xx: allow all.
-    for name in ("notfound", "forbidden"):
+    # 4xx, and a redirect out of scope: allow all.
+    for name in ("notfound", "forbidden", "offsite"):
         assert fetched(name, "/page") and fetched(name, "/private"), name
     # 5xx, timeout, unreachable: disallow all for now, host parked.
     for name in ("error", "unavailable", "timeout"):
@@ -136,9 +148,12 @@ def test_status_classes_redirects_size_and_garbage(
     assert fetched("redirect6", "/private")
     # 600 KB: the first 500 KiB are parsed, a rule beyond them is not.
     assert not fetched("big", "/private") and fetched("big", "/late")
+    # 4.9 MB: read up to 500 KiB and parsed, not "unreachable" (disallow all).
+    assert fetched("huge", "/page") and not fetched("huge", "/private")
     # Garbage bytes parse to no rules: allow all, no crash.
     assert fetched("garbage", "/page") and fetched("garbage", "/private")
-    # Crawl-delay capped, written to the host record; the sitemap is a seed.
+    # Crawl-delay capped, written to the host record; the sitemap in scope is
+    # a seed, the one outside allowed_domains is not.
     ok_host = keys.FrontierKeys("web").host(bases["ok"])
     assert redis_client.hget(ok_host, "delay") == b"200"
     assert redis_client.lrange(keys.start_urls("web"), 0, -1) == [
@@ -146,7 +161,8 @@ def test_status_classes_redirects_size_and_garbage(
     ]
     cached = redis_client.hgetall(keys.robots("web", bases["ok"]))
     assert int(cached[b"status"]) == 200 and b"Disallow: /private" in cached[b"body"]
-    assert stats["robotstxt/forbidden"] == 3
+    assert stats["robotstxt/sitemaps_out_of_scope"] == 1
+    assert stats["robotstxt/forbidden"] == 4
     assert stats["robotstxt/crawl_delay_capped"] == 1
     assert stats["robotstxt/failures"] == 4
     assert stats["robotstxt/unreachable_dropped"] == 8

@@ -3,9 +3,10 @@
 It installs the defaults of every package (:mod:`extensions.defaults`,
 :mod:`pipelines.defaults`, :mod:`webcrawl.defaults`) at ``default`` priority,
 checks every value against its declared type and range, sets the Redis
-scheduler, the Bloom dupefilter, the robots, back-off and per-host lock
-downloader middlewares and the batching storage pipeline, and turns off what
-they replace (Scrapy's per-process robots middleware). Values a user sets at a
+scheduler, the Bloom dupefilter, the robots, back-off, per-host lock and SSRF
+guard downloader middlewares, the trap filter spider middleware and the
+batching storage pipeline, and turns off what they replace (Scrapy's
+per-process robots middleware and its ``UrlLengthMiddleware``). Values a user sets at a
 higher priority (``-s``, scrapyd ``setting=``, a spider's ``custom_settings``)
 still win, and are checked like the defaults.
 
@@ -24,9 +25,8 @@ from typing import TYPE_CHECKING
 
 import extensions.defaults
 import pipelines.defaults
-from extensions import config
+from extensions import addresses, config, politeness, traps
 from extensions.embedded_redis import ensure_embedded, webcrawl_home
-from extensions.politeness import DOWNLOADER_MIDDLEWARES
 from webcrawl import defaults
 
 if TYPE_CHECKING:
@@ -57,7 +57,9 @@ class Webcrawl:
         # Our robots middleware shares one robots.txt fetch per host across
         # the fleet and replaces Scrapy's per-process one.
         settings.set("ROBOTSTXT_OBEY", False, "addon")
-        settings["DOWNLOADER_MIDDLEWARES"].update(DOWNLOADER_MIDDLEWARES)
+        settings["DOWNLOADER_MIDDLEWARES"].update(politeness.DOWNLOADER_MIDDLEWARES)
+        settings["DOWNLOADER_MIDDLEWARES"].update(addresses.DOWNLOADER_MIDDLEWARES)
+        settings["SPIDER_MIDDLEWARES"].update(traps.SPIDER_MIDDLEWARES)
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
         if settings.getint("METRICS_PORT") > 0:
             settings["EXTENSIONS"].update(METRICS_EXTENSION)

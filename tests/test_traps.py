@@ -1,0 +1,170 @@
+"""Trap and abuse limits: unit checks on the filter with a real Redis, and a
+real crawl of the sandbox's trap corners whose fetches stay bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from scrapy import Request, Spider
+from scrapy.exceptions import NotConfigured
+from scrapy.http import HtmlResponse
+
+from extensions import defaults
+from extensions.traps import TrapFilter
+from sandbox.site import SiteSpec
+from tests.utils import get_crawler
+from webcrawl.localcrawl import crawl_sandbox
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+
+def trap_filter(**settings: Any) -> TrapFilter:
+    crawler = get_crawler(Spider, settings_dict=settings)
+    assert crawler.stats is not None
+    crawler.stats.open_spider()
+    return TrapFilter(crawler)
+
+
+def refused(url: str, **settings: Any) -> str | None:
+    found = trap_filter(**settings).check(url)
+    return None if found is None else found.reason
+
+
+def test_defaults_follow_scrapy_names() -> None:
+    mw = trap_filter()
+    assert mw.max_length == 2083  # Scrapy's URLLENGTH_LIMIT default
+    assert mw.max_outlinks == defaults.MAX_OUTLINKS_PER_PAGE
+    with pytest.raises(NotConfigured):
+        trap_filter(TRAPS_ENABLED=False)
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://a.test/" + "x" * 2100, "url_too_long"),
+        ("http://a.test/" + "/".join(f"d{i}" for i in range(21)), "path_too_deep"),
+        ("http://a.test/a/a/a/", "repeated_segments"),
+        ("http://a.test/a/b/a/b/a/b", "repeated_segments"),
+        ("http://a.test/a/b/a/b", None),
+        ("http://a.test/2024/01/01/", None),
+        ("http://a.test/" + "/".join(f"d{i}" for i in range(20)), None),
+    ],
+)
+def test_check(url: str, reason: str | None) -> None:
+    assert refused(url) == reason
+
+
+def test_limits_can_be_lifted() -> None:
+    off = {
+        "URLLENGTH_LIMIT": 0,
+        "TRAP_MAX_PATH_DEPTH": 0,
+        "TRAP_MAX_SEGMENT_REPEATS": 0,
+    }
+    assert refused("http://a.test/" + "a/" * 2000, **off) is None
+
+
+def run_output(mw: TrapFilter, items: list[Any]) -> list[Any]:
+    response = HtmlResponse("http://a.test/", body=b"<html></html>")
+
+    async def result() -> AsyncIterator[Any]:
+        for item in items:
+            yield item
+
+    async def collect() -> list[Any]:
+        out = [x async for x in mw.process_spider_output(response, result())]
+        await mw.client.aclose()
+        return out
+
+    return asyncio.run(collect())
+
+
+def errback(failure: Any) -> list[dict[str, str]]:
+    return [{"refused": failure.request.url, "reason": failure.value.reason}]
+
+
+def test_records_refusals_and_keeps_order(redis_url: str) -> None:
+    mw = trap_filter(REDIS_URL=redis_url)
+    page = {"page": "http://a.test/"}
+    out = run_output(
+        mw,
+        [
+            Request("http://a.test/ok", errback=errback),
+            Request("http://a.test/a/a/a", errback=errback),
+            page,
+            Request("http://a.test/late"),
+        ],
+    )
+    # A refusal's record comes at once; requests still precede the page item
+    # that followed them (the page's lease ends after its children are queued).
+    assert [getattr(x, "url", x) for x in out] == [
+        {"refused": "http://a.test/a/a/a", "reason": "repeated_segments"},
+        "http://a.test/ok",
+        page,
+        "http://a.test/late",
+    ]
+    assert mw.crawler.stats.get_value("traps/filtered/repeated_segments") == 1  # type: ignore[union-attr]
+
+
+def test_outlinks_are_capped(redis_url: str) -> None:
+    mw = trap_filter(REDIS_URL=redis_url, MAX_OUTLINKS_PER_PAGE=5)
+    out = run_output(mw, [Request(f"http://a.test/{n}") for n in range(12)])
+    assert [r.url for r in out] == [f"http://a.test/{n}" for n in range(5)]
+    assert mw.crawler.stats.get_value("traps/outlinks_dropped") == 7  # type: ignore[union-attr]
+
+
+def test_budgets_are_fleet_wide(redis_url: str) -> None:
+    settings = {
+        "REDIS_URL": redis_url,
+        "HOST_MAX_PAGES": 6,
+        "TRAP_MAX_QUERY_VARIANTS": 3,
+    }
+    first, second = trap_filter(**settings), trap_filter(**settings)
+    facets = [Request(f"http://a.test/search?q={n}") for n in range(5)]
+    months = [Request(f"http://a.test/cal/2024/{m:02d}") for m in range(1, 6)]
+    out = run_output(first, facets + months)
+    assert [r.url for r in out] == [r.url for r in facets[:3] + months[:3]]
+    # Another worker sees the same full budgets: a full budget refuses even
+    # URLs it admitted before (the dupefilter would drop those anyway) ...
+    assert run_output(second, [Request(r.url) for r in facets[:3]]) == []
+    # ... and the host's budget is shared: 6 admitted, no more.
+    more = run_output(second, [Request(f"http://a.test/p{n}") for n in range(3)])
+    assert more == []
+    stats = second.crawler.stats
+    assert stats is not None
+    assert stats.get_value("traps/filtered/host_budget") >= 3
+
+
+@pytest.mark.slow
+def test_crawl_of_trap_corners_is_bounded(redis_url: str, tmp_path: Path) -> None:
+    spec = SiteSpec(seed=3, hosts=2, pages_per_host=5, features={"calendar", "traps"})
+    cap = 4
+    report = crawl_sandbox(
+        spec,
+        redis_url,
+        tmp_path,
+        workers=1,
+        settings={"DOWNLOAD_DELAY": 0.02, "TRAP_MAX_QUERY_VARIANTS": cap},
+        timeout=240,
+    )
+    assert report.exit_codes == [0]
+    paths = [r["path"] for r in report.page_records]
+
+    def fetched(prefix: str) -> int:
+        return sum(p.startswith(prefix) for p in paths)
+
+    # Each trap ends: about `cap` variants each (HLL counts are approximate).
+    assert 1 <= fetched("/calendar/") <= cap + 1
+    assert 1 <= fetched("/session/") <= cap + 1
+    assert 1 <= fetched("/s/") <= cap + 1
+    assert 1 <= fetched("/facets") <= cap + 2  # the bare path is one variant
+    # /repeat/: a and b/a appended forever, cut where a segment repeats 3 times.
+    repeats = [p for p in paths if p.startswith("/repeat/")]
+    assert repeats and all(p.count("/a") <= 2 for p in repeats)
+    with sqlite3.connect(tmp_path / "pages.sqlite3") as db:
+        errors = [e for (e,) in db.execute("SELECT error FROM pages_metadata") if e]
+    assert any("repeated_segments" in e for e in errors), errors
