@@ -188,6 +188,10 @@ class RedisScheduler(BaseScheduler):
     # -- Scrapy's scheduler contract ------------------------------------------
 
     def open(self, spider: Spider) -> Deferred[None]:
+        return deferred_from_coro(self.open_async(spider))
+
+    async def open_async(self, spider: Spider) -> None:
+        """Open the frontier and the dupefilter; start the background task."""
         self.spider = spider
         self.client = async_client(self.crawler)
         self.frontier = Frontier(
@@ -206,9 +210,6 @@ class RedisScheduler(BaseScheduler):
         sig.connect(self._on_item_finished, signal=signals.item_error)
         sig.connect(self._on_spider_error, signal=signals.spider_error)
         sig.connect(self._on_request_dropped, signal=signals.request_dropped)
-        return deferred_from_coro(self._open())
-
-    async def _open(self) -> None:
         if self.flush_on_start:
             await self._retrying(self._flush_keys)
         await _maybe_await(self.dupefilter.open())
@@ -221,9 +222,12 @@ class RedisScheduler(BaseScheduler):
         self._task = asyncio.ensure_future(self._run())
 
     def close(self, reason: str) -> Deferred[None]:
-        return deferred_from_coro(self._close(reason))
+        return deferred_from_coro(self.close_async(reason))
 
-    async def _close(self, reason: str) -> None:
+    async def close_async(self, reason: str) -> None:
+        """Stop the background task, hand back unstarted leases, push what is
+        left and close the dupefilter (and flush the crawl's keys unless it
+        persists)."""
         self._closing = True
         self._wakeup.set()
         if self._task is not None:
