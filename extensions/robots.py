@@ -372,6 +372,16 @@ class SharedRobotsTxtMiddleware:
             logger.info("robots.txt of %s unreachable: %s", hostkey, exc)
             stats.inc_value(f"robotstxt/exception_count/{type(exc).__name__}")
             status, body = UNREACHABLE, b""
+        return await self.record(hostkey, status, body)
+
+    async def record(self, hostkey: str, status: int, body: bytes) -> RobotsEntry:
+        """What the fetching worker does with the answer to a robots.txt
+        request (``status`` :data:`UNREACHABLE`: none came): RFC 9309's status
+        classes, the ``ROBOTS_MAX_SIZE`` cut, the host's delay and sitemaps,
+        the raw file in the shared cache, and a park of the host when the file
+        is unreachable. Returns the host's entry, as :meth:`entry` would."""
+        stats = self.crawler.stats
+        assert stats is not None
         if 300 <= status < 400:
             status, body = 404, b""  # a redirect not followed: unavailable
         stats.inc_value(f"robotstxt/response_status_count/{status}")
@@ -403,7 +413,8 @@ class SharedRobotsTxtMiddleware:
                 hostkey, status or "unreachable", int(failures), ttl,
             )  # fmt: skip
             await self.records.park(hostkey, int(ttl_ms))
-        return self._entry(status, body, ttl)
+        # The file parsed above, valid for its TTL from now (parsed once).
+        return RobotsEntry(status, early.parser, time.monotonic() + ttl, ttl)
 
     def _on_bytes(self, data: bytes, request: Request, **_: Any) -> None:
         """Stop a robots.txt download once ``ROBOTS_MAX_SIZE`` bytes arrived;
