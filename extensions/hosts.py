@@ -150,10 +150,12 @@ LUA_RECORD = (
     LUA_NOW_MS
     + """
 -- The host record at `hkey` as numbers: absent fields are 0, but `delay` is
--- nil when absent (the default delay applies).
-local function host_record(hkey)
-  local r = redis.call('HMGET', hkey, 'next', 'delay', 'backoff', 'backoff_at',
-                       'park', 'fails', 'breaker')
+-- nil when absent (the default delay applies). `call` (default redis.call)
+-- runs the read: the frontier passes its `on_key`, which sets a key of the
+-- wrong type aside rather than fail.
+local function host_record(hkey, call)
+  local r = (call or redis.call)('HMGET', hkey, 'next', 'delay', 'backoff',
+                                 'backoff_at', 'park', 'fails', 'breaker')
   return {next = tonumber(r[1]) or 0, delay = tonumber(r[2]),
           backoff = tonumber(r[3]) or 0, backoff_at = tonumber(r[4]) or 0,
           park = tonumber(r[5]) or 0, fails = tonumber(r[6]) or 0,
