@@ -39,6 +39,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import random
+from enum import StrEnum
 from functools import lru_cache
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -333,7 +334,19 @@ class HostRecords:
         return int(res)
 
 
-def deferred_copy(request: Request, reason: str) -> Request:
+class Deferral(StrEnum):
+    """Why a request went back to the scheduler (meta
+    :data:`extensions.meta.POLITENESS_DEFERRED`, stats ``.../deferred/<why>``)."""
+
+    #: The host is parked (back-off, Retry-After, circuit breaker).
+    PARKED = "parked"
+    #: The host's spacing is longer than ``POLITENESS_MAX_WAIT``.
+    SPACED = "spaced"
+    #: The host's robots.txt is unreachable for now.
+    ROBOTS = "robots"
+
+
+def deferred_copy(request: Request, reason: Deferral) -> Request:
     """A copy of ``request`` to hand back to the scheduler when its host may
     not be fetched now: the frontier queues it under its parked host, so it is
     kept, not dropped. ``dont_filter`` stops the dupefilter from discarding

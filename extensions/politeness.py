@@ -25,6 +25,7 @@ from extensions.connection import async_client, retry_redis
 from extensions.hosts import (
     KEY_MODES,
     LUA_RECORD,
+    Deferral,
     deferred_copy,
     host_key,
     hostname_of,
@@ -282,7 +283,9 @@ class PolitenessMiddleware:
                 raise HostParked(f"{hostkey} parked or spaced for {ms} ms")
             deferrals = int(request.meta.get(meta.POLITENESS_DEFERRALS, 0))
             if ms > self.max_wait_ms and deferrals < self.max_deferrals:
-                reason = "parked" if code == LockState.PARKED else "spaced"
+                reason = (
+                    Deferral.PARKED if code == LockState.PARKED else Deferral.SPACED
+                )
                 stats.inc_value(f"politeness/deferred/{reason}")
                 logger.debug(
                     "Host %s %s for %d ms: %s goes back to the scheduler",

@@ -27,7 +27,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 
 from extensions import config, defaults, keys, meta
 from extensions.connection import async_client, retry_redis
-from extensions.hosts import HostRecords, deferred_copy, host_key
+from extensions.hosts import Deferral, HostRecords, deferred_copy, host_key
 from extensions.locks import TokenLock, new_token
 from extensions.politeness import HostParked
 from extensions.scripts import LUA_NOW_MS, script, server_now_ms
@@ -247,7 +247,7 @@ class SharedRobotsTxtMiddleware:
             deferrals = int(request.meta.get(meta.POLITENESS_DEFERRALS, 0))
             if deferrals < self.max_deferrals:
                 stats.inc_value("robotstxt/deferred")
-                return deferred_copy(request, "robots")
+                return deferred_copy(request, Deferral.ROBOTS)
             stats.inc_value("robotstxt/unreachable_dropped")
             raise IgnoreRequest("robots.txt unreachable")
         assert entry.parser is not None
