@@ -297,12 +297,6 @@ class PageBatcher:
         if len(self._buffer) == 1 or len(self._buffer) >= self.batch_size:
             self._wake.set()
 
-    def flush_soon(self) -> None:
-        """Write what is buffered now, without waiting for a full batch."""
-        self._first_at = float("-inf")
-        if self._wake is not None:
-            self._wake.set()
-
     async def close(self) -> list[PreparedPage]:
         """Write everything buffered; return the pages that could not be
         written within ``close_timeout`` (empty when all are durable)."""

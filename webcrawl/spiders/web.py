@@ -2,7 +2,8 @@
 
 Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
 ``MAX_IDLE_TIME_BEFORE_CLOSE``, ``WEB_ALLOWED_DOMAINS``,
-``WEB_SCOPE_SEED_HOSTS`` (defaults in :mod:`webcrawl.defaults`),
+``WEB_SCOPE_SEED_HOSTS``, ``WEBCRAWL_WORKER_ID`` (defaults in
+:mod:`webcrawl.defaults`),
 ``REDIS_RETRY_MAX`` (:mod:`extensions.defaults`) and Scrapy's
 ``URLLENGTH_LIMIT`` (the longest seed URL accepted; 0 keeps the 2083 cap,
 since a seed is always bounded).
@@ -54,7 +55,7 @@ from scrapy.utils.url import url_has_any_extension
 from extensions import config
 from extensions.config import SettingsError
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
-from extensions.scheduler import LEASE_META
+from extensions.meta import FRONTIER_LEASE
 from extensions.seeds import URL_LENGTH_LIMIT, SeedList
 from pipelines.items import PageItem
 from pipelines.processing import extract
@@ -306,7 +307,7 @@ class WebSpider(Spider):
             body=response.body,
             encoding=getattr(response, "encoding", None),
             error=error,
-            lease=request.meta.get(LEASE_META),
+            lease=request.meta.get(FRONTIER_LEASE),
             worker=self.worker,
         )
 
@@ -381,7 +382,7 @@ class WebSpider(Spider):
             referrer=_referrer(request),
             fetched_at=time.time(),
             error=f"{type(value).__name__}: {value}"[:500],
-            lease=request.meta.get(LEASE_META),
+            lease=request.meta.get(FRONTIER_LEASE),
             worker=self.worker,
         )
 
