@@ -28,6 +28,7 @@ from extensions.failures import FAILURE_META
 from extensions.frontier import Frontier, QueuedRequest
 from extensions.hosts import host_key, hostname_of
 from extensions.keys import FrontierKeys
+from extensions.scripts import LUA_NOW_MS, script
 from extensions.serialization import request_to_bytes
 
 if TYPE_CHECKING:
@@ -54,9 +55,10 @@ _ATTEMPT_META = (
 # ARGV[1] URL, ARGV[2] reason, ARGV[3] entry JSON
 # The entry's ``last_failure`` is set from the Redis clock (seconds), and
 # ``first_failure`` too when the entry has none. Returns 1 if the URL was new.
-ADD_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+ADD_LUA = (
+    LUA_NOW_MS
+    + """
+local now = now_ms() / 1000
 local entry = cjson.decode(ARGV[3])
 entry['last_failure'] = now
 if entry['first_failure'] == nil or entry['first_failure'] == cjson.null then
@@ -74,6 +76,7 @@ redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
 if old then return 0 end
 return 1
 """
+)
 
 # remove: delete entries and keep the per-reason counts in step.
 # KEYS[1] dlq HASH, KEYS[2] reasons HASH; ARGV: the URLs.
@@ -166,15 +169,13 @@ class DeadLetters:
         self.client = client
         self.keys = FrontierKeys(prefix)
         self.prefix = prefix
-        self._add = client.register_script(ADD_LUA)
-        self._remove = client.register_script(REMOVE_LUA)
 
     async def add(self, letters: Iterable[DeadLetter]) -> int:
         """Store ``letters``; return how many URLs were new to the queue."""
         new = 0
         for letter in letters:
             new += int(
-                await self._add(
+                await script(self.client, ADD_LUA)(
                     keys=[self.keys.dlq, self.keys.dlq_reasons],
                     args=[letter.url, letter.reason, letter.to_json()],
                 )
@@ -230,7 +231,7 @@ class DeadLetters:
         n = 0
         for i in range(0, len(urls), 500):
             n += int(
-                await self._remove(
+                await script(self.client, REMOVE_LUA)(
                     keys=[self.keys.dlq, self.keys.dlq_reasons], args=urls[i : i + 500]
                 )
             )

@@ -58,6 +58,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import signals
@@ -66,7 +67,7 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.defer import Deferred
 
-from extensions import config, defaults
+from extensions import config, defaults, meta
 from extensions.canonical import canonicalize_url
 from extensions.connection import (
     FATAL_REDIS_ERRORS,
@@ -75,10 +76,10 @@ from extensions.connection import (
 )
 from extensions.dlq import DeadLetter, DeadLetters, dead_letter
 from extensions.failures import DELAY_META
-from extensions.frontier import Frontier, QueuedRequest
+from extensions.frontier import Frontier, QueuedRequest, Worker
 from extensions.hosts import host_key
-from extensions.keys import crawl_patterns
 from extensions.scoring import LocalHostCounts
+from extensions.scripts import server_now_ms
 from extensions.serialization import (
     CorruptEntry,
     UnserializableRequest,
@@ -97,8 +98,6 @@ logger = logging.getLogger(__name__)
 
 # Finish reason of a crawl stopped because Redis refused its credentials.
 REDIS_AUTH_REASON = "redis_auth"
-
-LEASE_META = "frontier_lease"
 # Leases are not renewed past this age: a request whose outcome never comes
 # (a bug, a lost signal) is then reclaimed instead of being held forever.
 MAX_LEASE_AGE = 3600.0
@@ -117,6 +116,21 @@ async def _maybe_await(result: Any) -> Any:
     return result
 
 
+class Stage(Enum):
+    """Where an outbox batch is on its way to Redis; a Redis failure retries
+    the batch from its stage (``RedisScheduler._sync_out``)."""
+
+    #: Serialized and scored, not yet written anywhere.
+    NEW = "new"
+    #: Written ahead (:meth:`Frontier.log_ahead`): a live worker queues it
+    #: should this one die before the commit.
+    LOGGED = "logged"
+    #: Sent to the dupefilter, whose answer was lost: queue the batch whole.
+    UNCERTAIN = "uncertain"
+    #: Filtered by the dupefilter: ``queued`` holds what to commit.
+    DEDUPED = "deduped"
+
+
 @dataclass
 class _Batch:
     """An outbox batch on its way to Redis (see ``RedisScheduler._sync_out``)."""
@@ -124,7 +138,7 @@ class _Batch:
     candidates: list[tuple[Request, QueuedRequest]]
     acks: list[str]
     entry: str
-    stage: str = "new"  # new -> logged -> (uncertain ->) deduped -> committed
+    stage: Stage = Stage.NEW
     queued: list[QueuedRequest] = field(default_factory=list)
 
 
@@ -205,6 +219,7 @@ class RedisScheduler(BaseScheduler):
         # the requests through the dupefilter again (they are marked seen).
         self._pending: _Batch | None = None
         self._warned_unserializable = False
+        self._wake_warned = False
         self._warned_poison = False
         self._beaten = False  # this worker is in the workers ZSET
         self._failing: dict[str, int] = {}  # stage -> failures in a row
@@ -216,9 +231,23 @@ class RedisScheduler(BaseScheduler):
     # -- Scrapy's scheduler contract ------------------------------------------
 
     def open(self, spider: Spider) -> Deferred[None]:
+        return deferred_from_coro(self.open_async(spider))
+
+    async def open_async(self, spider: Spider) -> None:
+        """Open the frontier and the dupefilter; start the background task."""
         self.spider = spider
-        self.frontier = Frontier(async_client(self.crawler), spider.name)
-        self.dlq = DeadLetters(self.frontier.client, spider.name)
+        self.client = async_client(self.crawler)
+        self.frontier = Frontier(
+            self.client,
+            spider.name,
+            Worker(
+                self.worker,
+                int(self.lease_timeout * 1000),
+                self.default_delay_ms,
+                self.backoff_quiet_ms,
+            ),
+        )
+        self.dlq = DeadLetters(self.client, spider.name)
         sig = self.crawler.signals
         sig.connect(self._on_request_dead, signal=request_dead)
         sig.connect(self._on_request_scheduled, signal=signals.request_scheduled)
@@ -227,24 +256,24 @@ class RedisScheduler(BaseScheduler):
         sig.connect(self._on_item_finished, signal=signals.item_error)
         sig.connect(self._on_spider_error, signal=signals.spider_error)
         sig.connect(self._on_request_dropped, signal=signals.request_dropped)
-        return deferred_from_coro(self._open())
-
-    async def _open(self) -> None:
         if self.flush_on_start:
             await self._retrying(self._flush_keys)
         await _maybe_await(self.dupefilter.open())
         logger.info(
             "Frontier %r opened as worker %s (persist=%s)",
-            self.frontier.keys.prefix if self.frontier else "",
+            self.spider.name if self.spider else "",
             self.worker,
             self.persist,
         )
         self._task = asyncio.ensure_future(self._run())
 
     def close(self, reason: str) -> Deferred[None]:
-        return deferred_from_coro(self._close(reason))
+        return deferred_from_coro(self.close_async(reason))
 
-    async def _close(self, reason: str) -> None:
+    async def close_async(self, reason: str) -> None:
+        """Stop the background task, hand back unstarted leases, push what is
+        left and close the dupefilter (and flush the crawl's keys unless it
+        persists)."""
         self._closing = True
         self._wakeup.set()
         if self._task is not None:
@@ -261,12 +290,7 @@ class RedisScheduler(BaseScheduler):
         await self._retrying(self._report_waiting, limit=2)
         if self._pending is None:
             # Nothing written ahead is left: no one needs to recover us.
-            await self._retrying(
-                self.frontier.client.zrem,
-                self.frontier.keys.workers,
-                self.worker,
-                limit=2,
-            )
+            await self._retrying(self.frontier.retire, limit=2)
         if self._memory:
             logger.warning(
                 "%s requests that cannot be stored in Redis are lost on close",
@@ -275,7 +299,7 @@ class RedisScheduler(BaseScheduler):
         await _maybe_await(self.dupefilter.close(reason))
         if not self.persist:
             await self._retrying(self._flush_keys, limit=5)
-        await self.frontier.client.aclose()
+        await self.client.aclose()
 
     def has_pending_requests(self) -> bool:
         # A paused fleet is not finished: never close for idleness meanwhile.
@@ -297,7 +321,7 @@ class RedisScheduler(BaseScheduler):
         if canonical != request.url:
             request = request.replace(url=canonical)
         self._announced.pop(id(request), None)
-        parent = request.meta.pop(LEASE_META, None)
+        parent = request.meta.pop(meta.FRONTIER_LEASE, None)
         if parent is not None:
             # A redirect or retry of a leased request: the lease is handed
             # over in the script that queues this request.
@@ -312,7 +336,7 @@ class RedisScheduler(BaseScheduler):
         if self._buffer:
             lease, request = self._buffer.popleft()
             self._held[lease] = time.monotonic()
-            request.meta[LEASE_META] = lease
+            request.meta[meta.FRONTIER_LEASE] = lease
             self.stats.inc_value("scheduler/dequeued/redis")
             self.stats.inc_value("scheduler/dequeued")
             return request
@@ -348,16 +372,16 @@ class RedisScheduler(BaseScheduler):
     def _on_spider_error(self, failure: Any, response: Any, **_: Any) -> None:
         if response is not None:
             request = response.request
-            if request is not None and response.meta.get(LEASE_META):
+            if request is not None and response.meta.get(meta.FRONTIER_LEASE):
                 error = f"{type(failure.value).__name__}: {failure.value}"[:500]
                 letter = self._letter(request, "unparseable", error)
                 if letter is not None:
                     letter.status = response.status
                     self._on_request_dead(letter)
-            self._ack(response.meta.get(LEASE_META))
+            self._ack(response.meta.get(meta.FRONTIER_LEASE))
 
     def _on_request_dropped(self, request: Request, **_: Any) -> None:
-        self._ack(request.meta.get(LEASE_META))
+        self._ack(request.meta.get(meta.FRONTIER_LEASE))
 
     def _on_request_dead(self, letter: DeadLetter, **_: Any) -> None:
         self._dead.append(letter)
@@ -371,7 +395,7 @@ class RedisScheduler(BaseScheduler):
         # never calls enqueue_request nor request_dropped, and the parent's
         # lease would be held for MAX_LEASE_AGE. Check right after the
         # engine's synchronous _schedule_request has returned.
-        if request.meta.get(LEASE_META) is None:
+        if request.meta.get(meta.FRONTIER_LEASE) is None:
             return
         self._announced[id(request)] = request
         asyncio.get_running_loop().call_soon(self._check_announced, id(request))
@@ -384,7 +408,7 @@ class RedisScheduler(BaseScheduler):
         letter = self._letter(request, "offsite_redirect", "refused when scheduled")
         if letter is not None:
             self._on_request_dead(letter)
-        self._ack(request.meta.get(LEASE_META))
+        self._ack(request.meta.get(meta.FRONTIER_LEASE))
 
     def _letter(self, request: Request, reason: str, error: str) -> DeadLetter | None:
         try:
@@ -530,15 +554,15 @@ class RedisScheduler(BaseScheduler):
                 acks, self._acks = self._acks, []
                 self._pending = self._prepare(batch, acks)
             p = self._pending
-            if p.stage == "new":
+            if p.stage is Stage.NEW:
                 if p.candidates:
                     await self.frontier.log_ahead(
                         self.worker, p.entry, [q for _, q in p.candidates]
                     )
-                p.stage = "logged"
-            if p.stage == "logged":
+                p.stage = Stage.LOGGED
+            if p.stage is Stage.LOGGED:
                 checked = [r for r, _ in p.candidates if not r.dont_filter]
-                p.stage = "uncertain"
+                p.stage = Stage.UNCERTAIN
                 seen = iter(
                     await self.dupefilter.requests_seen(checked) if checked else []
                 )
@@ -551,11 +575,11 @@ class RedisScheduler(BaseScheduler):
                         )
                     else:
                         p.queued.append(queued)
-                p.stage = "deduped"
-            if p.stage == "uncertain":
+                p.stage = Stage.DEDUPED
+            if p.stage is Stage.UNCERTAIN:
                 self.stats.inc_value("scheduler/dedup_uncertain", len(p.candidates))
                 p.queued = [q for _, q in p.candidates]
-                p.stage = "deduped"
+                p.stage = Stage.DEDUPED
             await self._flush_dead()
             wal = (self.worker, p.entry) if p.candidates else None
             added, acked = await self.frontier.commit(p.queued, p.acks, wal)
@@ -605,12 +629,14 @@ class RedisScheduler(BaseScheduler):
         for request, parent in batch:
             if parent:
                 acks.append(parent)
+            # The retry delay is this queueing's, not the request's: it must
+            # not travel on to a redirect or a deferral of the retry.
+            delay = int(request.meta.pop(DELAY_META, 0) or 0)
             try:
                 member = request_to_bytes(request, self.spider)
             except UnserializableRequest as exc:
                 self._unserializable(request, exc)
                 continue
-            delay = int(request.meta.pop(DELAY_META, 0) or 0)
             host = host_key(request.url)
             priority = (
                 self.score(request, self.host_counts)
@@ -637,13 +663,7 @@ class RedisScheduler(BaseScheduler):
     async def _refill(self) -> None:
         assert self.frontier is not None
         want = min(self.batch_size, self.buffer_size - len(self._buffer))
-        batch = await self.frontier.lease(
-            want,
-            self.worker,
-            int(self.lease_timeout * 1000),
-            self.default_delay_ms,
-            backoff_quiet_ms=self.backoff_quiet_ms,
-        )
+        batch = await self.frontier.lease(want)
         # Due work only: a parked host or a later retry is not pending.
         self._remote_ready = int(batch.wait_ms == 0)
         self._remote_leases = batch.leases_outstanding
@@ -695,18 +715,14 @@ class RedisScheduler(BaseScheduler):
 
     async def _heartbeat(self) -> None:
         assert self.frontier is not None
-        sec, usec = await self.frontier.client.time()
-        await self.frontier.client.zadd(
-            self.frontier.keys.workers,
-            {self.worker: int(sec) * 1000 + int(usec) // 1000},
-        )
+        await self.frontier.beat()
         self._beaten = True
         now = time.monotonic()
         renew = [lease for lease, t in self._held.items() if now - t < MAX_LEASE_AGE]
         renew += [lease for lease, _ in self._buffer]
         if renew:
-            await self.frontier.extend(renew, int(self.lease_timeout * 1000))
-        self._remote_ready, self._remote_leases = await self.frontier.counts()
+            await self.frontier.extend(renew)
+        self._remote_ready, self._remote_leases = await self.frontier.due()
 
     async def _recover(self) -> None:
         assert self.frontier is not None
@@ -749,7 +765,7 @@ class RedisScheduler(BaseScheduler):
         self.stats.set_value("frontier/waiting_urls", waiting.urls)
         self.stats.set_value("frontier/waiting_hosts", waiting.hosts)
         if waiting.urls:
-            now = await self.frontier.now_ms()
+            now = await server_now_ms(self.client)
             due_in = max(0.0, (waiting.next_due_ms - now) / 1000)
             self.stats.set_value("frontier/next_due_in_s", round(due_in, 1))
             logger.info(
@@ -762,11 +778,7 @@ class RedisScheduler(BaseScheduler):
 
     async def _flush_keys(self) -> None:
         assert self.frontier is not None and self.spider is not None
-        client = self.frontier.client
-        deleted = 0
-        for pattern in crawl_patterns(self.spider.name):
-            async for key in client.scan_iter(match=pattern, count=1000):
-                deleted += await client.unlink(key)
+        deleted = await self.frontier.flush()
         logger.info("Flushed %s keys of crawl %r", deleted, self.spider.name)
 
     async def _retrying(
@@ -790,15 +802,28 @@ class RedisScheduler(BaseScheduler):
                 await asyncio.sleep(self._redis_failed(exc))
 
     def _wake_engine(self) -> None:
-        # The engine polls the scheduler after each response and every 5 s
-        # (its heartbeat); requests that arrive from Redis in between would
-        # wait for that heartbeat. Scrapy has no public call to ask for an
-        # earlier poll, so schedule the engine's own next call when it exists.
+        """Ask the engine to poll the scheduler now.
+
+        The engine polls after each response and every 5 s (its heartbeat);
+        requests that arrive from Redis in between would wait for that
+        heartbeat. Scrapy has no public call for an earlier poll, so this
+        schedules the engine's own next call (``ExecutionEngine._slot.nextcall``,
+        private): the one place webcrawl touches Scrapy's insides. Should a
+        Scrapy release rename it, requests wait for the heartbeat (slower,
+        never wrong) and this says so once.
+        """
         try:
             engine = self.crawler.engine
         except RuntimeError:  # not crawling (yet): nothing to wake
             return
-        slot = getattr(engine, "_slot", None)
-        nextcall = getattr(slot, "nextcall", None)
+        if engine is None:
+            return
+        nextcall = getattr(getattr(engine, "_slot", None), "nextcall", None)
         if nextcall is not None:
             nextcall.schedule()
+        elif not self._wake_warned:
+            self._wake_warned = True
+            logger.warning(
+                "This Scrapy's engine has no _slot.nextcall: requests leased "
+                "from Redis wait for the engine's heartbeat (up to 5 s)"
+            )

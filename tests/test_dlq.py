@@ -16,7 +16,7 @@ from scrapy import Request
 from demo.fleet import ROOT, worker_env
 from extensions.dlq import DeadLetters, dead_letter
 from extensions.failures import FAILURE_META
-from extensions.frontier import Frontier, QueuedRequest
+from extensions.frontier import Frontier, QueuedRequest, Worker
 from extensions.serialization import request_from_bytes
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def test_scrapy_dlq_list_requeue_purge(redis_url: str) -> None:
 
     async def after(dlq: DeadLetters) -> list[Request]:
         assert await dlq.sizes() == {"tls": 1}
-        got = await Frontier(dlq.client, "web").lease(10, "w", 60_000, 0)
+        got = await Frontier(dlq.client, "web", Worker("w", 60_000)).lease(10)
         return [request_from_bytes(m) for _, m in got.leases]
 
     leased = run(redis_url, after)

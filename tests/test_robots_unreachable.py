@@ -16,7 +16,8 @@ from scrapy.statscollectors import MemoryStatsCollector
 
 from extensions import keys
 from extensions.backoff import BackoffMiddleware
-from extensions.hosts import ROBOTS_FETCH_META, HostDown
+from extensions.hosts import HostDown
+from extensions.meta import ROBOTS_FETCH as ROBOTS_FETCH_META
 from extensions.robots import UNREACHABLE, UNRESOLVABLE, SharedRobotsTxtMiddleware
 from tests.utils import get_crawler
 
@@ -98,7 +99,7 @@ def test_a_503_on_robots_txt_does_not_raise_the_page_backoff(
         assert redis_client.hget(RECORD, "backoff") is None
         await mw.process_response(page, HtmlResponse(page.url, status=503))
         assert redis_client.hget(RECORD, "backoff") is not None
-        await mw.backoff.client.aclose()
+        await mw.records.client.aclose()
 
     asyncio.run(main())
 
