@@ -135,3 +135,35 @@ def test_overview_counts_hosts_by_state(redis_url: str) -> None:
         assert view.next_lease_expiry[0].startswith("w1:")
 
     asyncio.run(body())
+
+
+def test_fold_script_writes_only_the_keys_it_is_given(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A script touches only its KEYS (a cluster routes by them): the minute
+    bucket is named by the caller, not built inside the script."""
+    given: set[str] = set()
+
+    async def body() -> None:
+        ext = worker(redis_url, "wa")
+        fold = ext._fold
+
+        async def recording(keys: list[str], args: list[Any]) -> Any:
+            given.update(keys)
+            return await fold(keys=keys, args=args)
+
+        ext._fold = recording
+        stats: Any = ext.crawler.stats
+        for _ in range(2):
+            stats.inc_value("response_received_count", 2)
+            await ext.fold()
+        ext._stop.set()
+        await ext._task  # type: ignore[misc]
+
+    asyncio.run(body())
+    written = {
+        k.decode() if isinstance(k, bytes) else k
+        for k in redis_client.keys("web:stats:*")
+    }
+    assert any(":m:" in k for k in written)
+    assert written <= given
