@@ -218,6 +218,22 @@ def find_or_start(home: str | os.PathLike[str] | None = None) -> tuple[str, bool
         return url, True
 
 
+def embedded_unless_configured(settings: BaseSettings, priority: str) -> bool:
+    """Point ``REDIS_URL`` at the embedded Redis when none is configured.
+
+    A configured Redis (setting, environment or ``REDIS_URL_FILE``) is left
+    alone; otherwise this machine's embedded Redis under ``WEBCRAWL_HOME`` is
+    found or started and its URL set at ``priority``. Returns whether this
+    call started the server. The add-on and the operator commands both find
+    Redis through here, so a worker and ``scrapy status`` agree on it.
+    """
+    if setting_or_env(settings, "REDIS_URL"):
+        return False
+    url, started = find_or_start(webcrawl_home(settings))
+    settings.set("REDIS_URL", url, priority)
+    return started
+
+
 class StopIfNeverOpened:
     """Stop the embedded Redis this process started if the crawl never opens.
 
