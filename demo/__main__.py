@@ -15,12 +15,11 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from pathlib import Path
 
 from scrapy.settings import Settings
 
 from demo.localcrawl import crawl_sandbox
-from extensions.embedded_redis import ensure_embedded, stop_embedded
+from extensions.embedded_redis import ensure_embedded, stop_embedded, webcrawl_home
 from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec, crawl_delay_map
 
@@ -30,7 +29,7 @@ def main() -> int:
     pages = int(os.environ.get("DEMO_PAGES", "10"))
     delay = float(os.environ.get("DEMO_DELAY", "0.25"))
     workers = int(os.environ.get("DEMO_WORKERS", "2"))
-    home = Path(os.environ.get("WEBCRAWL_HOME", ".webcrawl")) / "demo"
+    home = webcrawl_home() / "demo"
     shutil.rmtree(home, ignore_errors=True)
     spec = SiteSpec(
         seed=1,
