@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 
 from extensions import keys
@@ -37,3 +38,35 @@ def test_readme_names_every_key_family() -> None:
         keys.StatsKeys("web").fleet,
     ]:
         assert f"`{example}`" in text, example
+
+
+def _module_table() -> list[str]:
+    """The paths the README's module table names: a bare name in a cell
+    (`` `connection.py` ``) is in the directory of the cell's first path."""
+    text = README.read_text()
+    table = text.split("| module | concern |", 1)[1].split("\n\n", 1)[0]
+    paths = []
+    for row in table.splitlines()[2:]:
+        cell = row.split("|")[1]
+        names = [n for n in cell.split("`") if n.strip(" ,/")]
+        folder = posixpath.dirname(names[0].rstrip("/"))
+        for name in names:
+            inner = "/" in name.rstrip("/")
+            paths.append(name if inner else posixpath.join(folder, name))
+    return paths
+
+
+def test_readme_module_table_is_true_and_complete() -> None:
+    root = README.parent
+    named = _module_table()
+    assert [p for p in named if not (root / p).exists()] == []
+    covered = {p.rstrip("/") for p in named}
+    missing = [
+        str(path.relative_to(root))
+        for package in ("extensions", "pipelines", "webcrawl")
+        for path in sorted((root / package).rglob("*.py"))
+        if path.name != "__init__.py"
+        and str(path.relative_to(root)) not in covered
+        and str(path.parent.relative_to(root)) not in covered
+    ]
+    assert missing == []
