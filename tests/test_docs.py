@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import posixpath
+import re
 from pathlib import Path
 
 from extensions import keys
@@ -70,3 +71,28 @@ def test_readme_module_table_is_true_and_complete() -> None:
         and str(path.parent.relative_to(root)) not in covered
     ]
     assert missing == []
+
+
+def test_every_key_of_the_readme_key_table_is_named_in_keys() -> None:
+    f, s = keys.FrontierKeys("web"), keys.StatsKeys("web")
+    made = [
+        keys.start_urls("web"), keys.invalid_start_urls("web"),
+        f.queue("H"), f.ready, f.host("H"), f.leases, f.lease_data, f.seq,
+        f.workers, f.wal("W"), f.paused, f.poison, f.poison + ":K",
+        keys.host_lock("web", "H"), keys.robots("web", "H"),
+        keys.robots_fetch_lock("web", "H"), keys.bloom_shard("web", 0, 1),
+        keys.bloom_meta("web"), keys.simhash_band("web", 1, 2),
+        keys.simhash_pages("web"), keys.content_hashes("web"),
+        keys.trap_pages("web", "H"), keys.trap_variants("web", "H", "/p"),
+        s.fleet, s.worker("W"), s.minute(1),
+    ]  # fmt: skip
+    text = README.read_text()
+    table = text.split("## Redis key layout", 1)[1].split("\n\n")[2]
+    rows = [r.split("|")[1].strip().strip("`") for r in table.splitlines()[2:]]
+    assert len(rows) > 20
+    for row in rows:
+        pattern = re.escape(row)
+        pattern = re.sub(
+            r"<[a-z]+>", ".+", pattern.replace(r"\<", "<").replace(r"\>", ">")
+        )
+        assert any(re.fullmatch(pattern, key) for key in made), row
