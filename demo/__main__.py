@@ -1,7 +1,7 @@
 """``make demo``: crawl the sandbox web with two workers and print a summary.
 
 Starts the sandbox web and a Redis of its own (the embedded one, under
-``.webcrawl/demo``), seeds the crawl with ``redis-cli lpush``, runs two
+``WEBCRAWL_HOME/demo``), seeds the crawl with ``redis-cli lpush``, runs two
 ``scrapy crawl web`` workers until the crawl is done, prints pages stored,
 pages/s, robots-disallowed fetches and the smallest gap between two requests
 to one host against the configured delay, then stops everything it started.

@@ -48,6 +48,7 @@ from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.frontier import Frontier
 from extensions.keys import StatsKeys
 from extensions.scheduler import worker_id
+from extensions.scripts import LUA_NOW_MS, script, server_now_ms
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -95,9 +96,10 @@ INFO_FIELDS = (
 # ARGV[1] worker record TTL (ms), ARGV[2] bucket TTL (s), ARGV[3] n counters,
 # then n (name, delta) pairs, then (field, value) pairs of the worker's beat.
 # Returns the Redis time (ms) of the fold.
-FOLD_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+FOLD_LUA = (
+    LUA_NOW_MS
+    + """
+local now = now_ms()
 local n = tonumber(ARGV[3])
 for i = 0, n - 1 do
   local name, delta = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
@@ -112,6 +114,7 @@ redis.call('HSET', KEYS[2], unpack(beat))
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
 return now
 """
+)
 
 
 def fold_counters(stats: dict[str, Any]) -> dict[str, int]:
@@ -194,8 +197,7 @@ async def fleet_view(
     keys = StatsKeys(prefix)
     frontier = frontier or Frontier(client, prefix)
     beats = await frontier.workers()
-    sec, usec = await client.time()
-    now = int(sec) * 1000 + int(usec) // 1000
+    now = await server_now_ms(client)
     minute = now // 60000
     minutes = list(range(minute - BUCKETS + 1, minute + 1))
     live = sorted(w for w, beat in beats.items() if now - beat < alive_ms)
@@ -261,7 +263,6 @@ class FleetStats:
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._client: aredis.Redis | None = None
-        self._fold: Any = None
         # (Redis time in ms, time.monotonic()) at the last reply from Redis.
         self._clock: tuple[int, float] | None = None
 
@@ -279,7 +280,6 @@ class FleetStats:
         self._client = async_client(self.crawler)
         self._keys = StatsKeys(self.prefix)
         self._frontier = Frontier(self._client, self.prefix)
-        self._fold = self._client.register_script(FOLD_LUA)
         now = time.monotonic()
         self._samples.append((now, 0))
         self._next_log = now + self.log_interval
@@ -324,7 +324,7 @@ class FleetStats:
 
     async def fold(self) -> int:
         """Fold the change since the last fold into Redis; return Redis time."""
-        assert self._fold is not None
+        assert self._client is not None
         stats = self.crawler.stats
         assert stats is not None
         counters = fold_counters(dict(stats.get_stats()))
@@ -362,10 +362,9 @@ class FleetStats:
         # it is given): the minute on Redis's clock, from the last fold's
         # Redis time plus the time since. Near a minute's edge a fold may land
         # in the neighbouring bucket by the round trip's few milliseconds.
+        assert self._client is not None
         if self._clock is None:
-            assert self._client is not None
-            sec, usec = await self._client.time()
-            self._clock = (int(sec) * 1000 + int(usec) // 1000, now)
+            self._clock = (await server_now_ms(self._client), now)
         redis_ms, at = self._clock
         minute = int(redis_ms + (now - at) * 1000) // 60000
         keys = [
@@ -373,7 +372,7 @@ class FleetStats:
             self._keys.worker(self.worker),
             self._keys.minute(minute),
         ]
-        when = int(await self._fold(keys=keys, args=args))
+        when = int(await script(self._client, FOLD_LUA)(keys=keys, args=args))
         self._clock = (when, time.monotonic())
         # Only after Redis took it: a failed fold is carried by the next one.
         self._folded = counters

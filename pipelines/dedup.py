@@ -16,9 +16,11 @@ The settings (``NEARDUP_*``) are read by :mod:`pipelines.storage`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from extensions import keys
+from extensions.scripts import script
 from pipelines.processing import simhash_blocks
 
 if TYPE_CHECKING:
@@ -32,8 +34,8 @@ if TYPE_CHECKING:
 # ARGV[3]  SimHash as 16 hex digits ('' : no near check)
 # ARGV[4]  largest Hamming distance that is a near duplicate
 # ARGV[5]  most members read from one band set
-# Returns {kind, other page id, distance}: kind 0 = not a duplicate (the page
-# is indexed as an original), 1 = exact duplicate, 2 = near duplicate.
+# Returns {kind, other page id, distance}; kind (a Match): 0 = not a
+# duplicate (the page is indexed as an original), 1 = exact, 2 = near.
 CHECK_AND_ADD = """
 local id, sha, sh = ARGV[1], ARGV[2], ARGV[3]
 local maxd, maxc = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -107,6 +109,17 @@ EXACT = "exact"
 NEAR = "near"
 
 
+class Match(IntEnum):
+    """The codes of :data:`CHECK_AND_ADD`."""
+
+    #: Not a duplicate: the page is now indexed as an original.
+    ORIGINAL = 0
+    #: The same content hash as an indexed page.
+    EXACT = 1
+    #: A SimHash within the distance of an indexed page's.
+    NEAR = 2
+
+
 @dataclass(frozen=True)
 class Duplicate:
     """The page is a duplicate of ``of`` (a page id)."""
@@ -138,7 +151,6 @@ class DuplicateIndex:
         self.prefix = prefix
         self.max_distance = max_distance
         self.max_candidates = max_candidates
-        self._script = client.register_script(CHECK_AND_ADD)
 
     def script_args(
         self, page_id: str, content_hash: str | None, simhash: int | None
@@ -177,9 +189,13 @@ class DuplicateIndex:
         if not content_hash and simhash is None:
             return None
         k, args = self.script_args(page_id, content_hash, simhash)
-        kind, other, distance = await self._script(keys=k, args=args)
-        if int(kind) == 0:
+        code, other, distance = await script(self.client, CHECK_AND_ADD)(
+            keys=k, args=args
+        )
+        match = Match(int(code))
+        if match is Match.ORIGINAL:
             return None
         if isinstance(other, bytes):
             other = other.decode()
-        return Duplicate(EXACT if int(kind) == 1 else NEAR, str(other), int(distance))
+        kind = EXACT if match is Match.EXACT else NEAR
+        return Duplicate(kind, str(other), int(distance))
