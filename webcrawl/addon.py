@@ -30,8 +30,12 @@ from typing import TYPE_CHECKING, NoReturn
 import extensions.defaults
 import pipelines.defaults
 from extensions import addresses, config, politeness, traps
-from extensions.connection import RedisUnavailable, check_redis
-from extensions.embedded_redis import StopIfNeverOpened, find_or_start, webcrawl_home
+from extensions.connection import RedisUnavailable, check_redis, resolve_redis_url
+from extensions.embedded_redis import (
+    StopIfNeverOpened,
+    embedded_unless_configured,
+    webcrawl_home,
+)
 from webcrawl import defaults
 
 if TYPE_CHECKING:
@@ -141,15 +145,11 @@ class Webcrawl:
         if settings.getint("METRICS_PORT") > 0:
             settings["EXTENSIONS"].update(METRICS_EXTENSION)
         try:
-            url = config.setting_or_env(settings, "REDIS_URL")
-            if not url:
-                home = webcrawl_home(settings)
-                url, started = find_or_start(home)
-                settings.set("REDIS_URL", url, "addon")
-                if started and self.crawler is not None:
-                    StopIfNeverOpened(self.crawler, home)
+            started = embedded_unless_configured(settings, "addon")
+            if started and self.crawler is not None:
+                StopIfNeverOpened(self.crawler, webcrawl_home(settings))
             # One ping with short timeouts: a wrong password, a closed port or
             # a server that never answers stops the worker in seconds.
-            check_redis(url)
+            check_redis(resolve_redis_url(settings))
         except (config.SettingsError, RedisUnavailable) as exc:
             refuse(exc)

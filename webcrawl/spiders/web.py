@@ -56,7 +56,7 @@ from extensions import config
 from extensions.config import SettingsError
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.meta import FRONTIER_LEASE
-from extensions.seeds import URL_LENGTH_LIMIT, SeedList
+from extensions.seeds import SeedList, seed_url_limit
 from pipelines.items import PageItem
 from pipelines.processing import extract
 from webcrawl import defaults
@@ -158,10 +158,7 @@ class WebSpider(Spider):
         spider.scope_seed_hosts = s.getbool("WEB_SCOPE_SEED_HOSTS")
         spider.poll_interval = s.getfloat("SEED_POLL_INTERVAL")
         spider.seed_batch = s.getint("SEED_BATCH_SIZE")
-        # A seed is always bounded: URLLENGTH_LIMIT=0 keeps Scrapy's default.
-        spider.seed_url_limit = (
-            s.getint("URLLENGTH_LIMIT", URL_LENGTH_LIMIT) or URL_LENGTH_LIMIT
-        )
+        spider.seed_url_limit = seed_url_limit(s)
         spider.poll_retry_max = s.getfloat("REDIS_RETRY_MAX")
         spider.max_idle = s.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE")
         spider.worker = s.get("WEBCRAWL_WORKER_ID") or None
