@@ -1,5 +1,9 @@
 """Read a stored page back: ``python -m pipelines.read [-s NAME=VALUE] URL``.
 
+``--history`` prints the page's visits instead (continuous crawling): one
+line each, oldest first: when it was fetched (UTC), the status, whether the
+content changed, the content hash.
+
 Settings read: those of :mod:`pipelines.stores` (``PAGE_STORE``,
 ``MONGO_URI``, ``MONGO_DATABASE``, ``SQLITE_PATH``, ``WEBCRAWL_HOME``): from
 ``-s``, else the project settings, else the environment (``SQLITE_PATH``,
@@ -12,7 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Any
 
 from pipelines.stores import store_from_settings
 from pipelines.stores.base import PermanentStoreError
@@ -38,12 +43,32 @@ def get_page(url: str, settings: BaseSettings) -> StoredPage | None:
         store.close()
 
 
+def history_lines(history: list[dict[str, Any]]) -> list[str]:
+    """One line per visit.
+
+    >>> history_lines([{"fetched_at": 0, "status": 304, "changed": False,
+    ...                 "content_hash": "ab"}])
+    ['1970-01-01T00:00:00Z  304  unchanged  ab']
+    """
+    marks = {True: "changed", False: "unchanged", None: "-"}
+    lines = []
+    for h in history:
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(h.get("fetched_at") or 0))
+        chash = h.get("content_hash") or "-"
+        lines.append(f"{at}  {h.get('status')}  {marks[h.get('changed')]}  {chash}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=str(__doc__).splitlines()[0])
     parser.add_argument("url")
     parser.add_argument(
         "--meta", action="store_true", help="print the metadata only, as JSON"
     )
+    parser.add_argument(
+        "--history", action="store_true",
+        help="print the page's visits: fetched at, status, changed, content hash",
+    )  # fmt: skip
     parser.add_argument(
         "-s", "--set", action="append", default=[], metavar="NAME=VALUE",
         help="set a setting, as with scrapy (e.g. -s SQLITE_PATH=pages.sqlite3)",
@@ -66,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     if page is None:
         print(f"not stored: {args.url}", file=sys.stderr)
         return 1
+    if args.history:
+        for line in history_lines(page.metadata.get("history") or []):
+            print(line)
+        return 0
     print(json.dumps(page.metadata, indent=2, default=str, sort_keys=True))
     if not args.meta:
         print()

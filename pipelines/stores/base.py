@@ -13,6 +13,12 @@ A store keeps two record kinds, after seed 000 section 4.6:
 
 Writes are idempotent upserts by ``_id``: a batch may be written twice (a retry
 after a connection dropped mid-flush) with the same result.
+
+History (continuous crawling): each write of a page appends a visit to its
+metadata's ``history`` list (:func:`visit`: fetched at, status, content hash,
+changed or not), at most ``history_max`` (``PAGE_HISTORY_MAX``) of the most
+recent kept. A ``304`` (not modified) is a visit only: the store sets
+``checked_at`` and the history and leaves the stored page and content alone.
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ METADATA_FIELDS: dict[str, str] = {
     "duplicate_distance": "INTEGER",
     "has_content": "INTEGER",
     "worker": "TEXT",
+    "checked_at": "REAL",
+    "history": "TEXT",
 }
 CONTENT_FIELDS: dict[str, str] = {
     "_id": "TEXT PRIMARY KEY",
@@ -170,6 +178,50 @@ class PageStore(Protocol):
     ) -> Iterator[StoredPage]: ...
 
     def count(self) -> int: ...
+
+
+NOT_MODIFIED = 304
+
+
+def visit(doc: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    """The history entry of writing ``doc`` over ``previous`` (the stored
+    metadata, None for a new page). ``changed``: None for a failed fetch
+    (nothing to compare), True for a first fetch or a new content hash.
+
+    >>> visit({"fetched_at": 2.0, "status": 200, "content_hash": "b"},
+    ...       {"content_hash": "a"})["changed"]
+    True
+    >>> visit({"fetched_at": 2.0, "status": 304}, {"content_hash": "a"})
+    {'fetched_at': 2.0, 'status': 304, 'content_hash': 'a', 'changed': False}
+    """
+    status = doc.get("status") or 0
+    old = previous.get("content_hash") if previous else None
+    if status == NOT_MODIFIED:
+        return {"fetched_at": doc.get("fetched_at"), "status": status,
+                "content_hash": old, "changed": False}  # fmt: skip
+    new = doc.get("content_hash")
+    changed = None if doc.get("error") or not new else (previous is None or new != old)
+    return {"fetched_at": doc.get("fetched_at"), "status": status,
+            "content_hash": new, "changed": changed}  # fmt: skip
+
+
+def with_visit(
+    history: list[dict[str, Any]] | None, entry: dict[str, Any], limit: int
+) -> list[dict[str, Any]]:
+    """``history`` with ``entry`` appended, the ``limit`` most recent kept.
+
+    >>> with_visit([{"n": 1}, {"n": 2}], {"n": 3}, 2)
+    [{'n': 2}, {'n': 3}]
+    >>> with_visit(None, {"n": 1}, 0)
+    []
+    >>> with_visit([{"n": 1}], {"n": 1}, 5)  # a batch written twice
+    [{'n': 1}]
+    """
+    if limit <= 0:
+        return []
+    if history and history[-1] == entry:
+        return history[-limit:]
+    return [*(history or []), entry][-limit:]
 
 
 def content_source(meta: dict[str, Any]) -> str | None:

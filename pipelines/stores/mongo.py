@@ -15,8 +15,8 @@ other server or driver error raises
 :class:`~pipelines.stores.base.PermanentStoreError` (never retried).
 
 Settings read (by :meth:`MongoStore.from_settings`): ``MONGO_URI``,
-``MONGO_DATABASE``, ``MONGO_TIMEOUT_MS``. The URI's password never reaches a
-log (:func:`extensions.redact.redact_url`).
+``MONGO_DATABASE``, ``MONGO_TIMEOUT_MS``, ``PAGE_HISTORY_MAX``. The URI's
+password never reaches a log (:func:`extensions.redact.redact_url`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pymongo
 from bson import BSON
-from pymongo import DeleteOne, ReplaceOne
+from pymongo import DeleteOne, ReplaceOne, UpdateOne
 from pymongo.errors import (
     BulkWriteError,
     ConfigurationError,
@@ -44,6 +44,7 @@ from pipelines.stores.base import (
     BOOL_FIELDS,
     ITER_CHUNK,
     METADATA_INDEXES,
+    NOT_MODIFIED,
     BatchResult,
     DocumentError,
     PermanentStoreError,
@@ -52,6 +53,8 @@ from pipelines.stores.base import (
     TransientStoreError,
     content_source,
     decompress,
+    visit,
+    with_visit,
 )
 
 if TYPE_CHECKING:
@@ -90,8 +93,10 @@ class MongoStore:
         *,
         client: Any = None,
         timeout_ms: int = defaults.MONGO_TIMEOUT_MS,
+        history_max: int = defaults.PAGE_HISTORY_MAX,
     ) -> None:
         self.uri = uri
+        self.history_max = history_max
         self.database_name = database
         self.timeout_ms = timeout_ms
         self._client = client
@@ -107,6 +112,7 @@ class MongoStore:
             str(uri),
             settings.get("MONGO_DATABASE") or defaults.MONGO_DATABASE,
             timeout_ms=settings.getint("MONGO_TIMEOUT_MS", defaults.MONGO_TIMEOUT_MS),
+            history_max=settings.getint("PAGE_HISTORY_MAX", defaults.PAGE_HISTORY_MAX),
         )
 
     def __repr__(self) -> str:
@@ -170,17 +176,21 @@ class MongoStore:
     ) -> BatchResult:
         db = self._database()
         result = BatchResult()
+        docs, visits = self._with_history(db["pages_metadata"], metadata_docs)
         written = self._bulk(
             db["pages_metadata"],
-            [d for d in metadata_docs if self._fits(d, "pages_metadata", result)],
+            [d for d in docs if self._fits(d, "pages_metadata", result)],
             result,
             "pages_metadata",
+            visits=visits,
         )
         result.written = len(written)
         stale = [
             d["_id"]
             for d in metadata_docs
-            if d["_id"] in written and not d.get("has_content")
+            if d["_id"] in written
+            and not d.get("has_content")
+            and d["_id"] not in visits
         ]
         content = [
             d
@@ -192,6 +202,46 @@ class MongoStore:
         )
         result.content_written = len(done)
         return result
+
+    def _with_history(
+        self, coll: Any, metadata_docs: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], set[str]]:
+        """The documents with their history appended (one read of the
+        stored hashes and histories), and the ids of those that are a visit
+        only (a 304 of a stored page: only ``checked_at`` and ``history``
+        are written, see :func:`~pipelines.stores.base.visit`)."""
+        ids = [d["_id"] for d in metadata_docs]
+        try:
+            stored = {
+                m["_id"]: m
+                for m in coll.find(
+                    {"_id": {"$in": ids}}, {"content_hash": 1, "history": 1}
+                )
+            }
+        except ConnectionFailure as e:
+            raise TransientStoreError(f"mongodb unreachable: {e}") from e
+        docs, visits = [], set()
+        for doc in metadata_docs:
+            previous = stored.get(doc["_id"])
+            history = with_visit(
+                previous.get("history") if previous else None,
+                visit(doc, previous),
+                self.history_max,
+            )
+            if doc.get("status") == NOT_MODIFIED and previous:
+                visits.add(doc["_id"])
+                docs.append(
+                    {
+                        "_id": doc["_id"],
+                        "checked_at": doc.get("fetched_at"),
+                        "history": history,
+                    }
+                )
+            else:
+                docs.append(
+                    {**doc, "checked_at": doc.get("fetched_at"), "history": history}
+                )
+        return docs, visits
 
     def _fits(self, doc: dict[str, Any], collection: str, result: BatchResult) -> bool:
         size = len(BSON.encode(doc))
@@ -212,10 +262,17 @@ class MongoStore:
         name: str,
         *,
         delete_ids: list[str] | None = None,
+        visits: set[str] | frozenset[str] = frozenset(),
     ) -> set[str]:
         """Upsert ``docs`` (and delete ``delete_ids``) in one unordered bulk
-        write; return the ids of the documents written."""
-        ops: list[Any] = [ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in docs]
+        write; return the ids of the documents written. The ``visits`` ids
+        update only the fields their document names."""
+        ops: list[Any] = [
+            UpdateOne({"_id": d["_id"]}, {"$set": d})
+            if d["_id"] in visits
+            else ReplaceOne({"_id": d["_id"]}, d, upsert=True)
+            for d in docs
+        ]
         ops += [DeleteOne({"_id": i}) for i in delete_ids or []]
         if not ops:
             return set()

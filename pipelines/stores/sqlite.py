@@ -8,12 +8,13 @@ is the column ``id``). WAL journaling lets ``python -m pipelines.read`` read
 while a crawl writes.
 
 Settings read (by :meth:`SQLiteStore.from_settings`): ``WEBCRAWL_HOME``,
-``SQLITE_PATH`` (each also from the environment when the settings leave it
-empty).
+``PAGE_HISTORY_MAX``, ``SQLITE_PATH`` (each also from the environment when the
+settings leave it empty).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from pathlib import Path
@@ -21,12 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from extensions.config import setting_or_env
 from extensions.embedded_redis import webcrawl_home
+from pipelines import defaults
 from pipelines.stores.base import (
     BOOL_FIELDS,
     CONTENT_FIELDS,
     ITER_CHUNK,
     METADATA_FIELDS,
     METADATA_INDEXES,
+    NOT_MODIFIED,
     BatchResult,
     DocumentError,
     PermanentStoreError,
@@ -35,6 +38,8 @@ from pipelines.stores.base import (
     TransientStoreError,
     content_source,
     decompress,
+    visit,
+    with_visit,
 )
 
 if TYPE_CHECKING:
@@ -102,9 +107,15 @@ class SQLiteStore:
     lock (``check_same_thread=False``).
     """
 
-    def __init__(self, path: str | os.PathLike[str], timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        timeout: float = 30.0,
+        history_max: int = defaults.PAGE_HISTORY_MAX,
+    ) -> None:
         self.path = Path(path)
         self.timeout = timeout
+        self.history_max = history_max
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._meta_sql = _upsert_sql("pages_metadata", METADATA_FIELDS)
@@ -115,7 +126,10 @@ class SQLiteStore:
         path = setting_or_env(settings, "SQLITE_PATH")
         if not path:
             path = str(webcrawl_home(settings) / "pages.sqlite3")
-        return cls(path)
+        return cls(
+            path,
+            history_max=settings.getint("PAGE_HISTORY_MAX", defaults.PAGE_HISTORY_MAX),
+        )
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -138,6 +152,14 @@ class SQLiteStore:
             with conn:
                 conn.execute(_table_sql("pages_metadata", METADATA_FIELDS))
                 conn.execute(_table_sql("pages_content", CONTENT_FIELDS))
+                # A store written by an older version lacks the newer columns
+                # (checked_at, history): add them, empty.
+                have = {r[1] for r in conn.execute("PRAGMA table_info(pages_metadata)")}
+                for name, sql_type in METADATA_FIELDS.items():
+                    if _column(name) not in have:
+                        conn.execute(
+                            f"ALTER TABLE pages_metadata ADD COLUMN {name} {sql_type}"
+                        )
                 for name in METADATA_INDEXES:
                     conn.execute(
                         f"CREATE INDEX IF NOT EXISTS pages_metadata_{name} "
@@ -171,8 +193,33 @@ class SQLiteStore:
             try:
                 with conn:  # one transaction per batch
                     written: set[str] = set()
+                    stored = self._stored(conn, [d["_id"] for d in metadata_docs])
                     for doc in metadata_docs:
-                        row = [doc.get(n) for n in METADATA_FIELDS]
+                        previous = stored.get(doc["_id"])
+                        history = json.dumps(
+                            with_visit(
+                                json.loads(previous["history"] or "[]")
+                                if previous
+                                else None,
+                                visit(doc, previous),
+                                self.history_max,
+                            )
+                        )
+                        if doc.get("status") == NOT_MODIFIED and previous:
+                            # A visit only: the stored page and content stand.
+                            conn.execute(
+                                "UPDATE pages_metadata SET checked_at = ?, "
+                                "history = ? WHERE id = ?",
+                                (doc.get("fetched_at"), history, doc["_id"]),
+                            )
+                            written.add(doc["_id"])
+                            continue
+                        full = {
+                            **doc,
+                            "checked_at": doc.get("fetched_at"),
+                            "history": history,
+                        }
+                        row = [full.get(n) for n in METADATA_FIELDS]
                         try:
                             conn.execute(self._meta_sql, row)
                         except sqlite3.IntegrityError as e:
@@ -202,6 +249,21 @@ class SQLiteStore:
                 raise _store_error(e, "write") from e
         return result
 
+    @staticmethod
+    def _stored(conn: sqlite3.Connection, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Content hash and history of the pages ``ids`` already stored."""
+        found: dict[str, dict[str, Any]] = {}
+        for i in range(0, len(ids), 500):  # SQLite's bound-parameter limit
+            chunk = ids[i : i + 500]
+            marks = ", ".join("?" for _ in chunk)
+            for pid, chash, history in conn.execute(
+                "SELECT id, content_hash, history FROM pages_metadata "
+                f"WHERE id IN ({marks})",
+                chunk,
+            ):
+                found[pid] = {"content_hash": chash, "history": history}
+        return found
+
     def _metadata_rows(self, sql: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
         conn = self._connection()
         conn.row_factory = sqlite3.Row
@@ -215,6 +277,7 @@ class SQLiteStore:
             for name in BOOL_FIELDS:
                 if doc.get(name) is not None:
                     doc[name] = bool(doc[name])
+            doc["history"] = json.loads(doc.get("history") or "[]")
             docs.append(doc)
         return docs
 
