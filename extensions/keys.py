@@ -22,6 +22,10 @@ key                             type    what it holds
 ``web:{web}:workers``           ZSET    worker id -> last heartbeat (ms)
 ``web:{web}:wal:<worker>``      HASH    batches written ahead of the
                                         dupefilter, until queued
+``web:{web}:recrawl``           ZSET    stored URL -> its next visit (ms)
+                                        (``RECRAWL_ENABLED``)
+``web:{web}:recrawl:data``      HASH    stored URL -> JSON [interval s, etag,
+                                        last-modified, content hash]
 ``web:{web}:lock:<id>``         STRING  per-host download lock (token, PX);
                                         id: host, registered domain or IP
 ``web:robots:<host>``           HASH    cached robots.txt: status, body, time
@@ -72,6 +76,8 @@ class FrontierKeys:
         self.seq = tagged + "seq"
         self.workers = tagged + "workers"
         self.wal_prefix = tagged + "wal:"
+        self.recrawl = tagged + "recrawl"
+        self.recrawl_data = tagged + "recrawl:data"
 
     def queue(self, host: str) -> str:
         return self.queue_prefix + host

@@ -138,6 +138,8 @@ class StoragePipeline:
         page = await asyncio.to_thread(
             prepare_page, item, self.zlib_level, self.min_words
         )
+        # Told back with items_stored: a revisit compares it with the last one.
+        item.content_hash = page.content_hash
         await self._check_duplicate(page)
         self._count_page(page)
         await self.batcher.put(page)

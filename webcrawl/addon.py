@@ -10,12 +10,14 @@ per-process robots middleware and its ``UrlLengthMiddleware``). Values a user se
 higher priority (``-s``, scrapyd ``setting=``, a spider's ``custom_settings``)
 still win, and are checked like the defaults.
 
-It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0.
+It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0, and
+the continuous-crawl extension (:mod:`extensions.recrawl`) when
+``RECRAWL_ENABLED``.
 
-Settings read: ``METRICS_PORT``; ``REDIS_URL`` and ``WEBCRAWL_HOME`` (also
-from the environment, see :func:`extensions.config.setting_or_env`): when no
-Redis is configured,
-the add-on starts (or finds) the embedded one here, before the crawl starts,
+Settings read: ``METRICS_PORT``, ``RECRAWL_ENABLED``; ``REDIS_URL`` and
+``WEBCRAWL_HOME`` (also from the environment, see
+:func:`extensions.config.setting_or_env`): when no Redis is configured, the
+add-on starts (or finds) the embedded one here, before the crawl starts,
 so no component ever starts a process on the reactor thread.
 """
 
@@ -36,6 +38,7 @@ SCHEDULER = "extensions.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
 ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
 METRICS_EXTENSION = {"extensions.metrics.PrometheusMetrics": 500}
+RECRAWL_EXTENSION = {"extensions.recrawl.Recrawler": 500}
 # Every package's defaults module, installed and checked in this order.
 DEFAULTS = (extensions.defaults, pipelines.defaults, defaults)
 
@@ -63,5 +66,7 @@ class Webcrawl:
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
         if settings.getint("METRICS_PORT") > 0:
             settings["EXTENSIONS"].update(METRICS_EXTENSION)
+        if settings.getbool("RECRAWL_ENABLED"):
+            settings["EXTENSIONS"].update(RECRAWL_EXTENSION)
         if not config.setting_or_env(settings, "REDIS_URL"):
             settings.set("REDIS_URL", ensure_embedded(webcrawl_home(settings)), "addon")

@@ -40,6 +40,7 @@ from scrapy.utils.sitemap import Sitemap
 from extensions import config
 from extensions.config import SettingsError
 from extensions.connection import async_client
+from extensions.recrawl import RECRAWL_META
 from extensions.scheduler import LEASE_META
 from extensions.seeds import SeedList
 from pipelines.items import PageItem
@@ -56,6 +57,8 @@ logger = logging.getLogger(__name__)
 
 # Largest decompressed sitemap read (the sitemaps protocol's own limit).
 DOWNLOAD_MAXSIZE = 50 * 1024 * 1024
+# Request meta key of a sitemap's <changefreq> (a revisit hint).
+CHANGEFREQ_META = "changefreq"
 
 
 def _header_dict(response: Response) -> dict[str, list[str]]:
@@ -253,7 +256,14 @@ class WebSpider(Spider):
             error=error,
             lease=request.meta.get(LEASE_META),
             worker=self.worker,
+            recrawl=request.meta.get(RECRAWL_META),
+            changefreq=request.meta.get(CHANGEFREQ_META),
         )
+
+    def revisit_request(self, request: Request) -> Request:
+        """Complete a revisit of the continuous crawl (extensions.recrawl):
+        a failed revisit is recorded like any failed page."""
+        return request.replace(errback=self.on_error)
 
     def _fingerprint(self, request: Request) -> str:
         fingerprinter = self.crawler.request_fingerprinter
@@ -263,6 +273,10 @@ class WebSpider(Spider):
         return fingerprinter.fingerprint(request).hex()
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        if response.status == 304:
+            # A revisit's conditional GET: not modified, nothing to parse.
+            yield self._item(response)
+            return
         if not isinstance(response, HtmlResponse) and _looks_like_sitemap(response):
             # Sitemap: lines of robots.txt arrive as seeds (extensions.robots).
             yield from self._sitemap_links(response)
@@ -296,7 +310,12 @@ class WebSpider(Spider):
         for entry in sitemap:
             loc = entry.get("loc")
             if loc and self._in_scope(response.urljoin(loc)):
-                yield Request(response.urljoin(loc), errback=self.on_error)
+                freq = entry.get("changefreq")
+                yield Request(
+                    response.urljoin(loc),
+                    errback=self.on_error,
+                    meta={CHANGEFREQ_META: freq} if freq else None,
+                )
 
     def on_error(self, failure: Failure) -> Iterator[PageItem]:
         request: Request = failure.request  # type: ignore[attr-defined]
@@ -318,6 +337,7 @@ class WebSpider(Spider):
             error=f"{type(value).__name__}: {value}"[:500],
             lease=request.meta.get(LEASE_META),
             worker=self.worker,
+            recrawl=request.meta.get(RECRAWL_META),
         )
 
 
