@@ -157,8 +157,11 @@ class Visit:
 def adaptive_interval(visit: Visit, bounds: Bounds) -> float:
     """Nutch's AdaptiveFetchSchedule: changed -> 20 % shorter, unchanged
     (a 304, or the same content hash) -> 40 % longer, within the bounds. A
-    first visit starts at the hint if there is one, else the default; a
-    failed fetch keeps its interval (back-off and retries handle failures).
+    first visit starts at the hint if there is one, else the default. A
+    failed fetch (an error, a page robots.txt now forbids) counts as
+    unchanged: such pages drift to the maximum interval instead of being
+    fetched at the rate of the pages that change (transient failures are
+    the retry middleware's and back-off's business, not the schedule's).
 
     >>> b = Bounds(60, 3600, 86400)
     >>> adaptive_interval(Visit(None, None, 200), b)
@@ -172,12 +175,10 @@ def adaptive_interval(visit: Visit, bounds: Bounds) -> float:
     >>> adaptive_interval(Visit(70.0, True, 200), b)
     60
     >>> adaptive_interval(Visit(1000.0, None, 0), b)
-    1000.0
+    1400.0
     """
     if visit.interval is None:
         return bounds.clamp(visit.hint if visit.hint is not None else bounds.default)
-    if visit.changed is None:
-        return bounds.clamp(visit.interval)
     factor = 1 - DEC_RATE if visit.changed else 1 + INC_RATE
     return bounds.clamp(visit.interval * factor)
 
@@ -462,6 +463,7 @@ class Recrawler:
             engine.crawl(request)
             if request.headers:
                 self._inc("recrawl/conditional")
+
         if claimed:
             self._inc("recrawl/revisits", len(claimed))
 

@@ -672,9 +672,9 @@ class Site:
         )
         # Changing pages always carry validators: revisits are conditional.
         self.etag = "etag" in spec.features or self.changes is not None
-        self.page: Callable[[int, str, int], Page] = functools.lru_cache(
-            maxsize=cache_pages
-        )(self._render)
+        self.page: Callable[..., Page] = functools.lru_cache(maxsize=cache_pages)(
+            self._render
+        )
         self.hostile = Hostile(self)
         self._robots: dict[int, bytes | None] = {}
         for i in range(spec.hosts):
