@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from demo.fleet import push_seeds, worker_command, worker_env
 from extensions.embedded_redis import RedisProcess
 from sandbox.process import SandboxProcess
-from webcrawl.fleet import push_seeds, worker_command, worker_env
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -229,7 +229,7 @@ def _commands(
             "WEB_ALLOWED_DOMAINS": "sandbox.test",
             # The sandbox web is on loopback: lift the SSRF guard.
             "ALLOW_PRIVATE_ADDRESSES": True,
-            # 1 M URLs (1.8 MB), as webcrawl.localcrawl does for the sandbox.
+            # 1 M URLs (1.8 MB), as demo.localcrawl does for the sandbox.
             "BLOOM_CAPACITY": 1_000_000,
         }
         cmd = worker_command(settings)

@@ -3,7 +3,7 @@
 Settings read: ``BACKOFF_ENABLED``, ``BACKOFF_HTTP_CODES``, ``BACKOFF_INITIAL``,
 ``BACKOFF_MAX``, ``BACKOFF_JITTER``, ``BACKOFF_QUIET_PERIOD``,
 ``BREAKER_THRESHOLD``, ``BREAKER_COOLDOWN``, ``BREAKER_MAX_COOLDOWN``, and
-through :mod:`extensions.connection` ``REDIS_URL`` / ``WEBCRAWL_HOME``.
+through :mod:`extensions.connection` ``REDIS_URL``.
 
 The curve is StormCrawler's: the first 429/503 of a host sets its back-off to
 60 s, each further one within the back-off window doubles it (with ±10%

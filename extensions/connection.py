@@ -24,9 +24,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 import redis.asyncio as aredis
-from redis.exceptions import BusyLoadingError, ReadOnlyError
+from redis.backoff import NoBackoff
+from redis.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
+    BusyLoadingError,
+    ClusterDownError,
+    NoPermissionError,
+    ReadOnlyError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
 from extensions.config import SettingsError, setting_or_env
 from extensions.redact import redact_url
@@ -41,15 +51,77 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-# Errors that mean "Redis is not there right now": wait and try again.
-TRANSIENT_REDIS_ERRORS = (
+# Errors that mean "Redis is not there right now": wait and try again. Only
+# these: a programming error or a refused command must surface. Python's own
+# ConnectionError covers a reset, refused or aborted socket that escapes the
+# client unwrapped; other OSErrors (a missing file, a bad certificate) do not
+# heal by waiting. ReadOnlyError, TryAgainError and ClusterDownError come
+# from a replica being promoted or a cluster resharding: they pass.
+TRANSIENT_REDIS_ERRORS: tuple[type[Exception], ...] = (
     RedisConnectionError,
     RedisTimeoutError,
     BusyLoadingError,
     ReadOnlyError,
-    ConnectionResetError,
-    OSError,
+    TryAgainError,
+    ClusterDownError,
+    ConnectionError,
 )
+
+# Errors that never heal by waiting, though redis-py derives the first two
+# from its ConnectionError: wrong credentials, a user without the rights.
+# Catch them before TRANSIENT_REDIS_ERRORS and stop.
+FATAL_REDIS_ERRORS: tuple[type[Exception], ...] = (
+    AuthenticationError,
+    AuthorizationError,
+    NoPermissionError,
+)
+
+# Seconds the start-up check waits to connect and for each answer: a Redis
+# that accepts connections and never answers must fail the worker within
+# seconds, not after the client's retries of its 30 s socket timeout.
+STARTUP_TIMEOUT = 5.0
+
+
+class RedisUnavailable(RuntimeError):
+    """Redis cannot be used at start; the message is one line, password masked."""
+
+
+def check_redis(url: str, timeout: float = STARTUP_TIMEOUT) -> None:
+    """Ping the Redis at ``url`` once, no retries, ``timeout`` seconds per step.
+
+    Raises :class:`RedisUnavailable` saying what is wrong and where.
+    Blocking: for the add-on, before the crawl starts.
+    """
+    where = redact_url(url)
+    try:
+        client = redis.Redis.from_url(
+            url,
+            socket_connect_timeout=timeout,
+            socket_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
+    except ValueError as exc:
+        raise RedisUnavailable(f"REDIS_URL={where} is not a Redis URL: {exc}") from None
+    try:
+        client.ping()
+    except FATAL_REDIS_ERRORS as exc:
+        if not client.connection_pool.connection_kwargs.get("password"):
+            raise RedisUnavailable(
+                f"Redis at {where} requires a password and REDIS_URL has none"
+            ) from None
+        raise RedisUnavailable(
+            f"Redis at {where} refused the credentials: {exc}"
+        ) from None
+    except (RedisTimeoutError, TimeoutError):
+        raise RedisUnavailable(
+            f"Redis at {where} accepted no connection or gave no answer within "
+            f"{timeout:g}s"
+        ) from None
+    except (RedisConnectionError, ConnectionError) as exc:
+        raise RedisUnavailable(f"Redis at {where} is unreachable: {exc}") from None
+    finally:
+        client.close()
+
 
 _CLIENTS: weakref.WeakKeyDictionary[Crawler, aredis.Redis] = weakref.WeakKeyDictionary()
 
@@ -113,6 +185,8 @@ async def retry_redis(
     while True:
         try:
             result = await call()
+        except FATAL_REDIS_ERRORS:
+            raise
         except TRANSIENT_REDIS_ERRORS as exc:
             if _Outage.since is None:
                 _Outage.since = time.monotonic()

@@ -4,7 +4,7 @@ Settings read: ``BLOOM_*`` (see :mod:`extensions.bloom`: ``BLOOM_CAPACITY``,
 ``BLOOM_ERROR_RATE``, ``BLOOM_SHARD_BITS``, ``BLOOM_SCALABLE``,
 ``BLOOM_GROWTH``, ``BLOOM_TIGHTENING``, ``BLOOM_MAX_LAYERS``,
 ``BLOOM_PREALLOCATE``), ``BLOOM_KEY_PREFIX``, ``BLOOM_STATS_INTERVAL``,
-``DUPEFILTER_DEBUG``, ``REDIS_URL`` and ``WEBCRAWL_HOME`` (through
+``DUPEFILTER_DEBUG`` and ``REDIS_URL`` (through
 :mod:`extensions.connection`).
 """
 

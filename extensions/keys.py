@@ -22,6 +22,11 @@ key                             type    what it holds
 ``web:{web}:workers``           ZSET    worker id -> last heartbeat (ms)
 ``web:{web}:wal:<worker>``      HASH    batches written ahead of the
                                         dupefilter, until queued
+``web:{web}:poison``            LIST    malformed entries moved aside (JSON:
+                                        key, field, entry, length, reason);
+                                        the newest 10,000
+``web:{web}:poison:<key>``      any     a frontier key of the wrong type,
+                                        renamed aside
 ``web:{web}:recrawl``           ZSET    stored URL -> its next visit (ms)
                                         (``RECRAWL_ENABLED``)
 ``web:{web}:recrawl:data``      HASH    stored URL -> JSON [interval s, etag,
@@ -76,6 +81,7 @@ class FrontierKeys:
         self.seq = tagged + "seq"
         self.workers = tagged + "workers"
         self.wal_prefix = tagged + "wal:"
+        self.poison = tagged + "poison"
         self.recrawl = tagged + "recrawl"
         self.recrawl_data = tagged + "recrawl:data"
 

@@ -3,7 +3,7 @@
 Settings read: ``DOWNLOAD_DELAY`` (Scrapy's, enforced across every worker),
 ``POLITENESS_ENABLED``, ``POLITENESS_KEY``, ``POLITENESS_MAX_WAIT``,
 ``POLITENESS_MAX_DEFERRALS``, ``BACKOFF_QUIET_PERIOD``, and through
-:mod:`extensions.connection` ``REDIS_URL`` / ``WEBCRAWL_HOME``; the key prefix
+:mod:`extensions.connection` ``REDIS_URL``; the key prefix
 is the spider's name.
 """
 
@@ -197,9 +197,11 @@ class PolitenessMiddleware:
             raise NotConfigured("POLITENESS_ENABLED is False")
         self.mode = settings.get("POLITENESS_KEY")
         if self.mode not in KEY_MODES:
-            raise NotConfigured(
-                f"POLITENESS_KEY must be one of {', '.join(KEY_MODES)}, "
-                f"got {self.mode!r}"
+            # Not NotConfigured: that would log one warning and crawl on with
+            # no fleet-wide lock at all. Off is POLITENESS_ENABLED=False only.
+            raise config.SettingsError(
+                f"POLITENESS_KEY={self.mode!r} is not allowed: use one of "
+                f"{', '.join(repr(m) for m in KEY_MODES)}"
             )
         self.crawler = crawler
         self.default_ms = round(settings.getfloat("DOWNLOAD_DELAY") * 1000)

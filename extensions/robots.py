@@ -6,7 +6,7 @@ middleware is on: it replaces Scrapy's), ``ROBOTSTXT_PARSER``,
 ``ROBOTS_MAX_SIZE``, ``ROBOTS_MAX_REDIRECTS``, ``ROBOTS_FETCH_TIMEOUT``,
 ``ROBOTS_RETRY_INITIAL``, ``ROBOTS_RETRY_MAX``, ``ROBOTS_CRAWL_DELAY_MAX``,
 ``ROBOTS_SITEMAP_SEEDS``, ``POLITENESS_MAX_DEFERRALS``, and through
-:mod:`extensions.connection` ``REDIS_URL`` / ``WEBCRAWL_HOME``.
+:mod:`extensions.connection` ``REDIS_URL``.
 """
 
 from __future__ import annotations

@@ -173,7 +173,7 @@ class Crawl:
             "REDIS_URL": redis_url,
             "DOWNLOADER_MIDDLEWARES": json.dumps(DOWNLOADER_MIDDLEWARES),
             # The middlewares without the rest of the add-on: their defaults.
-            "ADDONS": json.dumps({"tests.utils.InstallDefaults": 0}),
+            "ADDONS": json.dumps({"webcrawl.addon.WebcrawlDefaults": 0}),
             "TELNETCONSOLE_ENABLED": "False",
             "LOG_LEVEL": "INFO",
             "USER_AGENT": defaults.WEBCRAWL_USER_AGENT,

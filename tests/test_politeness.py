@@ -16,6 +16,7 @@ from scrapy.http import Request
 from scrapy.statscollectors import MemoryStatsCollector
 
 from extensions import keys
+from extensions.config import SettingsError
 from extensions.hosts import HostRecord, host_key
 from extensions.politeness import (
     ACQUIRED,
@@ -174,16 +175,20 @@ def test_concurrent_acquirers_never_start_within_the_delay(redis_url: str) -> No
 # -- the middleware ------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("settings", "reason"),
-    [
-        ({"POLITENESS_ENABLED": False}, "POLITENESS_ENABLED"),
-        ({"POLITENESS_KEY": "port"}, "POLITENESS_KEY"),
-    ],
-)
-def test_not_configured(settings: dict[str, Any], reason: str) -> None:
-    with pytest.raises(NotConfigured, match=reason):
-        PolitenessMiddleware.from_crawler(get_crawler(settings_dict=settings))
+def test_not_configured() -> None:
+    with pytest.raises(NotConfigured, match="POLITENESS_ENABLED"):
+        PolitenessMiddleware.from_crawler(
+            get_crawler(settings_dict={"POLITENESS_ENABLED": False})
+        )
+
+
+def test_a_bad_key_mode_is_an_error_not_politeness_off() -> None:
+    """A mistyped POLITENESS_KEY must not switch the lock off (NotConfigured
+    did, with one warning); only POLITENESS_ENABLED=False does."""
+    with pytest.raises(SettingsError, match="POLITENESS_KEY='port'"):
+        PolitenessMiddleware.from_crawler(
+            get_crawler(settings_dict={"POLITENESS_KEY": "port"})
+        )
 
 
 def _middleware(redis_url: str, **settings: Any) -> PolitenessMiddleware:

@@ -165,13 +165,13 @@ def test_recrawler_is_off_by_default_and_checks_its_bounds() -> None:
     assert on.policy is uniform_interval
 
 
-def test_addon_enables_the_extension_only_when_asked() -> None:
+def test_addon_enables_the_extension_only_when_asked(redis_url: str) -> None:
     from scrapy.settings import Settings
 
     from webcrawl.addon import RECRAWL_EXTENSION, Webcrawl
 
     for enabled in (False, True):
-        settings = Settings({"REDIS_URL": "redis://127.0.0.1:1", "EXTENSIONS": {}})
+        settings = Settings({"REDIS_URL": redis_url, "EXTENSIONS": {}})
         settings.set("RECRAWL_ENABLED", enabled, "cmdline")
         Webcrawl().update_settings(settings)
         on = set(RECRAWL_EXTENSION) <= set(settings.getdict("EXTENSIONS"))

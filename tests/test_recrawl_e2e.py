@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from demo.fleet import stop
+from demo.localcrawl import crawl_sandbox
 from pipelines.read import main as read_main
 from sandbox.changes import ChangeModel
 from sandbox.site import SiteSpec
-from webcrawl.fleet import stop
-from webcrawl.localcrawl import crawl_sandbox
 
 if TYPE_CHECKING:
     from pathlib import Path

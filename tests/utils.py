@@ -6,12 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.test import get_crawler as scrapy_get_crawler
 
-from webcrawl.addon import install_defaults
+from webcrawl.addon import WebcrawlDefaults
 
 if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
 
 
 def get_crawler(
@@ -21,12 +20,5 @@ def get_crawler(
     ``default`` priority, as the add-on does (without the add-on's other
     work: it would start an embedded Redis when ``REDIS_URL`` is empty)."""
     settings = dict(settings_dict or {})
-    settings["ADDONS"] = {InstallDefaults: 0, **settings.get("ADDONS", {})}
+    settings["ADDONS"] = {WebcrawlDefaults: 0, **settings.get("ADDONS", {})}
     return scrapy_get_crawler(spidercls, settings)
-
-
-class InstallDefaults:
-    """An add-on that only installs the defaults (before the settings freeze)."""
-
-    def update_settings(self, settings: BaseSettings) -> None:
-        install_defaults(settings)

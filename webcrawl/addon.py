@@ -18,25 +18,33 @@ Settings read: ``METRICS_PORT``, ``RECRAWL_ENABLED``; ``REDIS_URL`` and
 ``WEBCRAWL_HOME`` (also from the environment, see
 :func:`extensions.config.setting_or_env`): when no Redis is configured, the
 add-on starts (or finds) the embedded one here, before the crawl starts,
-so no component ever starts a process on the reactor thread.
+so no component ever starts a process on the reactor thread. An embedded
+Redis this add-on started is stopped again if the crawl fails before the
+spider opens (:class:`~extensions.embedded_redis.StopIfNeverOpened`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, NoReturn
 
 import extensions.defaults
 import pipelines.defaults
 from extensions import addresses, config, politeness, traps
-from extensions.embedded_redis import ensure_embedded, webcrawl_home
+from extensions.connection import RedisUnavailable, check_redis
+from extensions.embedded_redis import StopIfNeverOpened, find_or_start, webcrawl_home
 from webcrawl import defaults
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
 
 SCHEDULER = "extensions.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
 ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
+SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 METRICS_EXTENSION = {"extensions.metrics.PrometheusMetrics": 500}
 RECRAWL_EXTENSION = {"extensions.recrawl.Recrawler": 500}
 # Every package's defaults module, installed and checked in this order.
@@ -49,12 +57,75 @@ def install_defaults(settings: BaseSettings) -> None:
         config.install(settings, module)
 
 
-class Webcrawl:
-    """Scrapy add-on (``ADDONS = {"webcrawl.addon.Webcrawl": 0}``)."""
+def guarantee_problems(settings: BaseSettings) -> list[str]:
+    """Values each in range that together would switch a guarantee off.
+
+    A guarantee (politeness, robots.txt, storage) goes off only through its
+    own ``*_ENABLED`` flag, never as a side effect of another setting.
+    """
+    found = []
+    if settings.getbool("ROBOTS_ENABLED") and settings.getbool("ROBOTSTXT_OBEY"):
+        # The shared middleware refuses to run beside Scrapy's, and the
+        # add-on switches Scrapy's off: no robots.txt would be obeyed at all.
+        found.append(
+            "ROBOTSTXT_OBEY=True would switch off the fleet-wide robots.txt "
+            "middleware: leave it False (ROBOTS_ENABLED=True obeys robots.txt), "
+            "or set ROBOTS_ENABLED=False to use Scrapy's own"
+        )
+    lease = settings.getfloat("FRONTIER_LEASE_TIMEOUT")
+    heartbeat = settings.getfloat("FRONTIER_HEARTBEAT_INTERVAL")
+    if lease <= heartbeat:
+        # Leases would expire between two renewals and their requests be
+        # handed to a second worker while the first still fetches them.
+        found.append(
+            f"FRONTIER_LEASE_TIMEOUT={lease:g} is not allowed: use a number "
+            f"> FRONTIER_HEARTBEAT_INTERVAL ({heartbeat:g})"
+        )
+    return found
+
+
+def refuse(error: Exception) -> NoReturn:
+    """Stop the worker before its first request with one line saying why.
+
+    A worker that cannot start must exit non-zero (scrapyd and process
+    supervisors see it), and a wall of tracebacks hides the one sentence
+    that matters: log that sentence and exit with status 2, like a usage
+    error of the ``scrapy`` command.
+    """
+    logger.critical("webcrawl cannot start: %s", error)
+    raise SystemExit(2)
+
+
+class WebcrawlDefaults:
+    """Add-on that installs every package's defaults and switches nothing on.
+
+    For a project that wires some webcrawl components itself (the bench's
+    stock crawlers use only the storage pipeline) or for tests that build one
+    component: the components read their settings without a fallback.
+    """
 
     def update_settings(self, settings: BaseSettings) -> None:
         install_defaults(settings)
-        config.check(settings, *DEFAULTS)
+
+
+class Webcrawl:
+    """Scrapy add-on (``ADDONS = {"webcrawl.addon.Webcrawl": 0}``)."""
+
+    def __init__(self, crawler: Crawler | None = None) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Webcrawl:
+        return cls(crawler)
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        install_defaults(settings)
+        try:
+            config.check(settings, *DEFAULTS)
+        except config.SettingsError as exc:
+            refuse(exc)
+        if problems := guarantee_problems(settings):
+            refuse(config.SettingsError("; ".join(problems)))
         settings.set("SCHEDULER", SCHEDULER, "addon")
         settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
         # Our robots middleware shares one robots.txt fetch per host across
@@ -63,10 +134,24 @@ class Webcrawl:
         settings["DOWNLOADER_MIDDLEWARES"].update(politeness.DOWNLOADER_MIDDLEWARES)
         settings["DOWNLOADER_MIDDLEWARES"].update(addresses.DOWNLOADER_MIDDLEWARES)
         settings["SPIDER_MIDDLEWARES"].update(traps.SPIDER_MIDDLEWARES)
+        if not settings.getbool("ROBOTS_ENABLED"):
+            # Switched off explicitly: Scrapy's own obeys ROBOTSTXT_OBEY again.
+            settings["DOWNLOADER_MIDDLEWARES"].pop(SCRAPY_ROBOTS, None)
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
         if settings.getint("METRICS_PORT") > 0:
             settings["EXTENSIONS"].update(METRICS_EXTENSION)
         if settings.getbool("RECRAWL_ENABLED"):
             settings["EXTENSIONS"].update(RECRAWL_EXTENSION)
-        if not config.setting_or_env(settings, "REDIS_URL"):
-            settings.set("REDIS_URL", ensure_embedded(webcrawl_home(settings)), "addon")
+        try:
+            url = config.setting_or_env(settings, "REDIS_URL")
+            if not url:
+                home = webcrawl_home(settings)
+                url, started = find_or_start(home)
+                settings.set("REDIS_URL", url, "addon")
+                if started and self.crawler is not None:
+                    StopIfNeverOpened(self.crawler, home)
+            # One ping with short timeouts: a wrong password, a closed port or
+            # a server that never answers stops the worker in seconds.
+            check_redis(url)
+        except (config.SettingsError, RedisUnavailable) as exc:
+            refuse(exc)

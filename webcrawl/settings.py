@@ -1,8 +1,10 @@
 """Scrapy settings of the webcrawl project.
 
-Our own settings and their defaults live in :mod:`webcrawl.defaults` (and the
-README's settings table); this file sets Scrapy's and switches the system on
-through the add-on. Override any of them with ``-s NAME=value`` or scrapyd's
+Our own settings, their defaults and allowed ranges live in each package's
+defaults module (:mod:`extensions.defaults`, :mod:`pipelines.defaults`,
+:mod:`webcrawl.defaults`; the README's settings table); this file sets
+Scrapy's and switches the system on through the add-on, which checks every
+value before the crawl starts. Override any of them with ``-s NAME=value`` or scrapyd's
 ``setting=NAME=value``.
 """
 
@@ -35,15 +37,14 @@ RETRY_TIMES = 2
 DEPTH_LIMIT = 0
 DEPTH_PRIORITY = 0
 
-# Local names of the sandbox web (*.sandbox.test) resolve to loopback; every
-# other name goes to the system resolver (.test never exists on the internet).
-TWISTED_DNS_RESOLVER = "sandbox.resolver.SandboxResolver"
-
 # No Referer header on requests: it would travel with every queued request and
 # cost ~80 bytes of Redis per URL (as much as the URL itself). Set it to True
 # to send Referer headers (and record PageItem.referrer) at that cost.
 REFERER_ENABLED = False
 
+# No console into a fleet worker: the telnet console and Scrapy 2.19's
+# RemoteControl (an HTTP endpoint that runs Python code) stay off.
 TELNETCONSOLE_ENABLED = False
+REMOTE_CONTROL_ENABLED = False
 LOG_LEVEL = "INFO"
 FEED_EXPORT_ENCODING = "utf-8"

@@ -6,8 +6,10 @@ failing at close would read as a success to scrapyd, systemd or a shell loop.
 This command runs the crawl exactly as Scrapy's does, then reads the
 ``storage/unstored`` stat (:data:`pipelines.storage.UNSTORED_STAT`) and, when
 it is not zero, logs one line with the count and exits with
-:data:`UNSTORED_EXIT_CODE`. Those pages' frontier leases were not
-acknowledged, so the fleet fetches them again once the leases expire.
+:data:`UNSTORED_EXIT_CODE`; a crawl that Redis stopped by refusing its
+credentials (finish reason ``redis_auth``) exits 2, as it would at start.
+Unstored pages' frontier leases were not acknowledged, so the fleet fetches
+them again once the leases expire.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 
+from extensions.scheduler import REDIS_AUTH_REASON
 from pipelines.storage import UNSTORED_STAT
 
 if TYPE_CHECKING:
@@ -52,6 +55,16 @@ class Command(ScrapyCrawlCommand):
             for c in self._crawlers
             if c.stats is not None
         )
+        refused = [
+            c
+            for c in self._crawlers
+            if c.stats is not None
+            and c.stats.get_value("finish_reason") == REDIS_AUTH_REASON
+        ]
+        if refused and not self.exitcode:
+            # Redis refused the credentials mid-crawl: a supervisor must see
+            # a failure, as with a wrong password at start (exit 2).
+            self.exitcode = 2
         if unstored and not self.exitcode:
             logger.error(
                 "%d fetched pages were not stored; exiting with status %d",
