@@ -344,3 +344,22 @@ def test_history_is_bounded(tmp_path: Path) -> None:
         assert got is not None
         assert [h["fetched_at"] for h in got.metadata["history"]] == [3.0, 4.0, 5.0]
         s.close()
+
+
+def test_sqlite_store_from_before_history_gains_its_columns(tmp_path: Path) -> None:
+    import sqlite3
+
+    from pipelines.stores.base import METADATA_FIELDS
+    from pipelines.stores.sqlite import HISTORY_COLUMNS, _table_sql
+
+    path = tmp_path / "old.sqlite3"
+    before = {k: v for k, v in METADATA_FIELDS.items() if k not in HISTORY_COLUMNS}
+    with sqlite3.connect(path) as conn:
+        conn.execute(_table_sql("pages_metadata", before))
+    conn.close()
+    store = SQLiteStore(path)
+    store.open()
+    write(store, [page("http://a.test/")])
+    got = store.get_page("http://a.test/")
+    assert got is not None and len(got.metadata["history"]) == 1
+    store.close()

@@ -76,6 +76,10 @@ def _store_error(error: sqlite3.Error, what: str) -> Exception:
     return cls(f"sqlite {what}: {error}")
 
 
+# Metadata columns added with continuous crawling (pipelines.stores.base).
+HISTORY_COLUMNS = ("checked_at", "history")
+
+
 def _column(name: str) -> str:
     return "id" if name == "_id" else name
 
@@ -152,14 +156,16 @@ class SQLiteStore:
             with conn:
                 conn.execute(_table_sql("pages_metadata", METADATA_FIELDS))
                 conn.execute(_table_sql("pages_content", CONTENT_FIELDS))
-                # A store written by an older version lacks the newer columns
-                # (checked_at, history): add them, empty.
+                # A store written before continuous crawling lacks its two
+                # columns: add them, empty. Older schemas are still refused.
                 have = {r[1] for r in conn.execute("PRAGMA table_info(pages_metadata)")}
-                for name, sql_type in METADATA_FIELDS.items():
-                    if _column(name) not in have:
-                        conn.execute(
-                            f"ALTER TABLE pages_metadata ADD COLUMN {name} {sql_type}"
-                        )
+                if have and "worker" in have:
+                    for name in HISTORY_COLUMNS:
+                        if name not in have:
+                            conn.execute(
+                                f"ALTER TABLE pages_metadata ADD COLUMN {name} "
+                                f"{METADATA_FIELDS[name]}"
+                            )
                 for name in METADATA_INDEXES:
                     conn.execute(
                         f"CREATE INDEX IF NOT EXISTS pages_metadata_{name} "
