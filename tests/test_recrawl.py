@@ -176,3 +176,22 @@ def test_addon_enables_the_extension_only_when_asked(redis_url: str) -> None:
         Webcrawl().update_settings(settings)
         on = set(RECRAWL_EXTENSION) <= set(settings.getdict("EXTENSIONS"))
         assert on is enabled
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_sitemap_changefreq_travels_only_when_revisits_are_on(enabled: bool) -> None:
+    from scrapy.http import XmlResponse
+
+    from webcrawl.spiders.web import CHANGEFREQ_META, WebSpider
+
+    crawler = get_crawler(WebSpider, {"RECRAWL_ENABLED": enabled})
+    spider = WebSpider.from_crawler(crawler)
+    body = (
+        b'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/'
+        b'sitemap/0.9"><url><loc>http://a.test/news</loc><changefreq>hourly'
+        b"</changefreq></url></urlset>"
+    )
+    response = XmlResponse("http://a.test/sitemap.xml", body=body)
+    (request,) = spider._sitemap_links(response)
+    assert request.url == "http://a.test/news"
+    assert request.meta.get(CHANGEFREQ_META) == ("hourly" if enabled else None)

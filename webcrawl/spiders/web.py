@@ -3,7 +3,7 @@
 Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
 ``MAX_IDLE_TIME_BEFORE_CLOSE``, ``WEB_ALLOWED_DOMAINS``,
 ``WEB_SCOPE_SEED_HOSTS`` (defaults in :mod:`webcrawl.defaults`),
-``REDIS_RETRY_MAX`` (:mod:`extensions.defaults`) and Scrapy's
+``REDIS_RETRY_MAX``, ``RECRAWL_ENABLED`` (:mod:`extensions.defaults`) and Scrapy's
 ``URLLENGTH_LIMIT`` (the longest seed URL accepted; 0 keeps the 2083 cap,
 since a seed is always bounded).
 
@@ -126,6 +126,7 @@ class WebSpider(Spider):
     poll_retry_max: float
     max_idle: float
     worker: str | None
+    recrawl: bool
 
     def __init__(
         self,
@@ -170,6 +171,9 @@ class WebSpider(Spider):
         spider.poll_retry_max = s.getfloat("REDIS_RETRY_MAX")
         spider.max_idle = s.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE")
         spider.worker = s.get("WEBCRAWL_WORKER_ID") or None
+        # Sitemap <changefreq> hints travel with requests only when revisits
+        # are on (extensions.recrawl): otherwise they would cost queue bytes.
+        spider.recrawl = s.getbool("RECRAWL_ENABLED")
         crawler.signals.connect(spider._on_idle, signal=signals.spider_idle)
         crawler.signals.connect(spider._on_closed, signal=signals.spider_closed)
         for sig in (signals.response_received, signals.item_scraped):
@@ -368,7 +372,7 @@ class WebSpider(Spider):
         for entry in sitemap:
             loc = entry.get("loc")
             if loc and self._in_scope(response.urljoin(loc)):
-                freq = entry.get("changefreq")
+                freq = entry.get("changefreq") if self.recrawl else None
                 yield Request(
                     response.urljoin(loc),
                     errback=self.on_error,
