@@ -2,7 +2,8 @@
 
 ``--history`` prints the page's visits instead (continuous crawling): one
 line each, oldest first: when it was fetched (UTC), the status, whether the
-content changed, the content hash.
+content changed, the content hash. ``--version N`` prints the N-th earlier
+content of a page that changed (1: the one before the stored one).
 
 Settings read: those of :mod:`pipelines.stores` (``PAGE_STORE``,
 ``MONGO_URI``, ``MONGO_DATABASE``, ``SQLITE_PATH``, ``WEBCRAWL_HOME``): from
@@ -43,6 +44,16 @@ def get_page(url: str, settings: BaseSettings) -> StoredPage | None:
         store.close()
 
 
+def get_versions(url: str, settings: BaseSettings) -> list[StoredPage]:
+    """The earlier contents of ``url``, newest first (see :func:`get_page`)."""
+    store = store_from_settings(settings)
+    store.open(create=False)
+    try:
+        return store.get_versions(url)
+    finally:
+        store.close()
+
+
 def history_lines(history: list[dict[str, Any]]) -> list[str]:
     """One line per visit.
 
@@ -70,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         help="print the page's visits: fetched at, status, changed, content hash",
     )  # fmt: skip
     parser.add_argument(
+        "--version", type=int, default=0, metavar="N",
+        help="print the N-th earlier content of a changed page (1: the last one)",
+    )  # fmt: skip
+    parser.add_argument(
         "-s", "--set", action="append", default=[], metavar="NAME=VALUE",
         help="set a setting, as with scrapy (e.g. -s SQLITE_PATH=pages.sqlite3)",
     )  # fmt: skip
@@ -95,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         for line in history_lines(page.metadata.get("history") or []):
             print(line)
         return 0
+    if args.version > 0:
+        versions = get_versions(args.url, settings)
+        if len(versions) < args.version:
+            print(f"{len(versions)} earlier versions of {args.url}", file=sys.stderr)
+            return 1
+        page = versions[args.version - 1]
     print(json.dumps(page.metadata, indent=2, default=str, sort_keys=True))
     if not args.meta:
         print()

@@ -115,3 +115,7 @@ def test_two_workers_revisit_changing_pages(
     lines = capsys.readouterr().out.splitlines()
     assert code == 0 and len(lines) == len(history)
     assert any("  304  unchanged  " in line for line in lines)
+    # The content it had before its last change is kept as a version.
+    code = read_main([fast_url, "--version", "1", "-s", f"WEBCRAWL_HOME={tmp_path}"])
+    earlier = capsys.readouterr().out
+    assert code == 0 and pages[fast_url].text not in earlier

@@ -363,3 +363,51 @@ def test_sqlite_store_from_before_history_gains_its_columns(tmp_path: Path) -> N
     got = store.get_page("http://a.test/")
     assert got is not None and len(got.metadata["history"]) == 1
     store.close()
+
+
+def test_a_changed_page_keeps_its_earlier_versions(store_factory: Any) -> None:
+    store, reopen = store_factory
+    url = "http://a.test/news"
+    bodies = [f"<html><body><p>edition {n} of the news</p></body></html>".encode()
+              for n in range(3)]  # fmt: skip
+    for n, body in enumerate(bodies):
+        p = page(url, body)
+        p.metadata["fetched_at"] = float(n)
+        write(store, [p])
+        write(store, [p])  # a retried batch adds no version
+    unchanged = page(url, bodies[2])
+    unchanged.metadata["fetched_at"] = 5.0
+    write(store, [unchanged])
+    store.close()
+    store = reopen()
+    store.open(create=False)
+    got = store.get_page(url)
+    assert got is not None and got.body == bodies[2]
+    versions = store.get_versions(url)
+    assert [(v.metadata["fetched_at"], v.body) for v in versions] == [
+        (1.0, bodies[1]),
+        (0.0, bodies[0]),
+    ]
+    assert (
+        versions[0].metadata["content_hash"]
+        == got.metadata["history"][1]["content_hash"]
+    )
+    assert store.get_versions("http://a.test/other") == []
+    store.close()
+
+
+def test_versions_are_bounded(tmp_path: Path) -> None:
+    client: Any = mongomock.MongoClient()
+    stores: list[PageStore] = [SQLiteStore(tmp_path / "v.sqlite3", history_max=2),
+                               MongoStore(client=client, history_max=2)]  # fmt: skip
+    for s in stores:
+        s.open()
+        for n in range(6):
+            p = page("http://a.test/", f"<p>version {n} of it</p>".encode())
+            p.metadata["fetched_at"] = float(n)
+            write(s, [p])
+        assert [v.metadata["fetched_at"] for v in s.get_versions("http://a.test/")] == [
+            4.0,
+            3.0,
+        ]
+        s.close()

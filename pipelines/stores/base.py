@@ -10,6 +10,11 @@ A store keeps two record kinds, after seed 000 section 4.6:
     The zlib-compressed body, ``_id`` = ``page_id`` = the metadata ``_id``
     (linked without a read-back): :data:`CONTENT_FIELDS`. Absent for failed
     pages, ``noindex`` pages and duplicates.
+``pages_versions``
+    The earlier contents of pages that changed (:data:`VERSION_FIELDS`): when
+    a write replaces stored content by content of another hash, the stored
+    one is copied here first (:func:`replaces_version`); the newest
+    ``history_max`` per page are kept.
 
 Writes are idempotent upserts by ``_id``: a batch may be written twice (a retry
 after a connection dropped mid-flush) with the same result.
@@ -75,6 +80,17 @@ CONTENT_FIELDS: dict[str, str] = {
     "original_size": "INTEGER",
     "compressed_size": "INTEGER",
     "compression_ratio": "REAL",
+    "encoding": "TEXT",
+}
+# Earlier contents of changed pages (continuous crawling): ``_id`` =
+# "<page id>@<fetched_at of that version>", the newest ``history_max`` kept.
+VERSION_FIELDS: dict[str, str] = {
+    "_id": "TEXT PRIMARY KEY",
+    "page_id": "TEXT NOT NULL",
+    "url": "TEXT",
+    "fetched_at": "REAL",
+    "content_hash": "TEXT",
+    "html_compressed": "BLOB NOT NULL",
     "encoding": "TEXT",
 }
 # Indexed metadata fields besides _id and the unique url.
@@ -179,6 +195,11 @@ class PageStore(Protocol):
 
     def count(self) -> int: ...
 
+    def get_versions(self, url: str) -> list[StoredPage]:
+        """The earlier contents of ``url``, newest first (metadata:
+        ``fetched_at``, ``content_hash``)."""
+        ...
+
 
 NOT_MODIFIED = 304
 
@@ -205,22 +226,46 @@ def visit(doc: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any
             "content_hash": new, "changed": changed}  # fmt: skip
 
 
+def replaces_version(doc: dict[str, Any], previous: dict[str, Any] | None) -> bool:
+    """Whether writing ``doc`` replaces stored content by another version
+    (so the stored one is kept in ``pages_versions`` first).
+
+    >>> replaces_version({"has_content": True, "content_hash": "b", "status": 200},
+    ...                  {"has_content": True, "content_hash": "a"})
+    True
+    >>> replaces_version({"has_content": True, "content_hash": "a", "status": 200},
+    ...                  {"has_content": True, "content_hash": "a"})
+    False
+    """
+    return bool(
+        previous
+        and previous.get("has_content")
+        and doc.get("has_content")
+        and doc.get("status") != NOT_MODIFIED
+        and doc.get("content_hash") != previous.get("content_hash")
+    )
+
+
 def with_visit(
     history: list[dict[str, Any]] | None, entry: dict[str, Any], limit: int
 ) -> list[dict[str, Any]]:
     """``history`` with ``entry`` appended, the ``limit`` most recent kept.
 
-    >>> with_visit([{"n": 1}, {"n": 2}], {"n": 3}, 2)
-    [{'n': 2}, {'n': 3}]
-    >>> with_visit(None, {"n": 1}, 0)
+    >>> with_visit([{"fetched_at": 1}, {"fetched_at": 2}], {"fetched_at": 3}, 2)
+    [{'fetched_at': 2}, {'fetched_at': 3}]
+    >>> with_visit(None, {"fetched_at": 1}, 0)
     []
-    >>> with_visit([{"n": 1}], {"n": 1}, 5)  # a batch written twice
-    [{'n': 1}]
+    >>> with_visit([{"fetched_at": 1, "changed": True}],
+    ...            {"fetched_at": 1, "changed": False}, 5)  # a batch written twice
+    [{'fetched_at': 1, 'changed': True}]
     """
     if limit <= 0:
         return []
-    if history and history[-1] == entry:
-        return history[-limit:]
+    last = history[-1] if history else None
+    if last is not None and last.get("fetched_at") == entry.get("fetched_at"):
+        # The same fetch written again (a retried batch): it is recorded, and
+        # its first entry knew whether it changed.
+        return history[-limit:] if history else []
     return [*(history or []), entry][-limit:]
 
 

@@ -30,6 +30,7 @@ from pipelines.stores.base import (
     METADATA_FIELDS,
     METADATA_INDEXES,
     NOT_MODIFIED,
+    VERSION_FIELDS,
     BatchResult,
     DocumentError,
     PermanentStoreError,
@@ -38,6 +39,7 @@ from pipelines.stores.base import (
     TransientStoreError,
     content_source,
     decompress,
+    replaces_version,
     visit,
     with_visit,
 )
@@ -156,6 +158,11 @@ class SQLiteStore:
             with conn:
                 conn.execute(_table_sql("pages_metadata", METADATA_FIELDS))
                 conn.execute(_table_sql("pages_content", CONTENT_FIELDS))
+                conn.execute(_table_sql("pages_versions", VERSION_FIELDS))
+                conn.execute(
+                    "CREATE INDEX IF NOT EXISTS pages_versions_page_id "
+                    "ON pages_versions (page_id, fetched_at)"
+                )
                 # A store written before continuous crawling lacks its two
                 # columns: add them, empty. Older schemas are still refused.
                 have = {r[1] for r in conn.execute("PRAGMA table_info(pages_metadata)")}
@@ -220,6 +227,8 @@ class SQLiteStore:
                             )
                             written.add(doc["_id"])
                             continue
+                        if replaces_version(doc, previous):
+                            self._keep_version(conn, doc["_id"])
                         full = {
                             **doc,
                             "checked_at": doc.get("fetched_at"),
@@ -262,13 +271,58 @@ class SQLiteStore:
         for i in range(0, len(ids), 500):  # SQLite's bound-parameter limit
             chunk = ids[i : i + 500]
             marks = ", ".join("?" for _ in chunk)
-            for pid, chash, history in conn.execute(
-                "SELECT id, content_hash, history FROM pages_metadata "
+            for pid, chash, history, has_content in conn.execute(
+                "SELECT id, content_hash, history, has_content FROM pages_metadata "
                 f"WHERE id IN ({marks})",
                 chunk,
             ):
-                found[pid] = {"content_hash": chash, "history": history}
+                found[pid] = {
+                    "content_hash": chash,
+                    "history": history,
+                    "has_content": has_content,
+                }
         return found
+
+    def _keep_version(self, conn: sqlite3.Connection, page_id: str) -> None:
+        """Copy the stored content of ``page_id`` to ``pages_versions`` (it
+        is about to be replaced), keeping the newest ``history_max``."""
+        conn.execute(
+            "INSERT OR REPLACE INTO pages_versions (id, page_id, url, fetched_at, "
+            "content_hash, html_compressed, encoding) "
+            "SELECT c.id || '@' || m.fetched_at, c.id, m.url, m.fetched_at, "
+            "m.content_hash, c.html_compressed, c.encoding "
+            "FROM pages_content c JOIN pages_metadata m ON m.id = c.id "
+            "WHERE c.id = ?",
+            (page_id,),
+        )
+        conn.execute(
+            "DELETE FROM pages_versions WHERE page_id = ? AND id NOT IN "
+            "(SELECT id FROM pages_versions WHERE page_id = ? "
+            "ORDER BY fetched_at DESC LIMIT ?)",
+            (page_id, page_id, self.history_max),
+        )
+
+    def get_versions(self, url: str) -> list[StoredPage]:
+        with self._lock:
+            rows = (
+                self._connection()
+                .execute(
+                    "SELECT v.id, v.fetched_at, v.content_hash, v.html_compressed, "
+                    "v.encoding FROM pages_versions v JOIN pages_metadata m "
+                    "ON m.id = v.page_id WHERE m.url = ? ORDER BY v.fetched_at DESC",
+                    (url,),
+                )
+                .fetchall()
+            )
+        return [
+            StoredPage(
+                url,
+                {"_id": vid, "fetched_at": at, "content_hash": chash, "encoding": enc},
+                decompress(blob),
+                vid,
+            )
+            for vid, at, chash, blob, enc in rows
+        ]
 
     def _metadata_rows(self, sql: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
         conn = self._connection()
