@@ -17,6 +17,8 @@ import redis
 from webcrawl.fleet import push_seeds, start_worker, stop, wait_all
 from webcrawl.localcrawl import crawl_sandbox, reset_crawl
 
+from demo.fleet import push_seeds, start_worker, stop, wait_all
+from demo.localcrawl import crawl_sandbox, reset_crawl
 from extensions.frontier import POISON_KEEP
 from extensions.keys import FrontierKeys
 from sandbox.process import SandboxProcess
