@@ -15,6 +15,7 @@ not exist is reported (exit status 2), never created empty.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -24,9 +25,11 @@ from pipelines.stores import store_from_settings
 from pipelines.stores.base import PermanentStoreError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from scrapy.settings import BaseSettings
 
-    from pipelines.stores.base import StoredPage
+    from pipelines.stores.base import PageStore, StoredPage
 
 
 def get_page(url: str, settings: BaseSettings) -> StoredPage | None:
@@ -36,20 +39,22 @@ def get_page(url: str, settings: BaseSettings) -> StoredPage | None:
     Raises :class:`~pipelines.stores.base.StoreNotFoundError` when the
     settings point at no store.
     """
-    store = store_from_settings(settings)
-    store.open(create=False)
-    try:
+    with _reader(settings) as store:
         return store.get_page(url)
-    finally:
-        store.close()
 
 
 def get_versions(url: str, settings: BaseSettings) -> list[StoredPage]:
     """The earlier contents of ``url``, newest first (see :func:`get_page`)."""
+    with _reader(settings) as store:
+        return store.get_versions(url)
+
+
+@contextlib.contextmanager
+def _reader(settings: BaseSettings) -> Iterator[PageStore]:
     store = store_from_settings(settings)
     store.open(create=False)
     try:
-        return store.get_versions(url)
+        yield store
     finally:
         store.close()
 

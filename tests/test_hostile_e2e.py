@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
-from webcrawl.fleet import push_seeds, start_worker, stop, wait_all
-from webcrawl.localcrawl import crawl_sandbox, reset_crawl
 
 from demo.fleet import push_seeds, start_worker, stop, wait_all
 from demo.localcrawl import crawl_sandbox, reset_crawl

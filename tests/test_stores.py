@@ -277,6 +277,14 @@ def test_open_without_create_refuses_a_missing_store(tmp_path: Path) -> None:
     reader.close()
 
 
+def reopened(store: PageStore, reopen: Any) -> PageStore:
+    """The store closed and opened again as a reader (persistence)."""
+    store.close()
+    again: PageStore = reopen()
+    again.open(create=False)
+    return again
+
+
 def test_history_records_each_visit_and_a_304_keeps_the_page(
     store_factory: Any,
 ) -> None:
@@ -295,9 +303,7 @@ def test_history_records_each_visit_and_a_304_keeps_the_page(
     v2 = page(url, b"<html><body><p>second version of the news</p></body></html>")
     v2.metadata["fetched_at"] = 4.0
     write(store, [v2])
-    store.close()
-    store = reopen()
-    store.open(create=False)
+    store = reopened(store, reopen)
     got = store.get_page(url)
     assert got is not None and b"second version" in (got.body or b"")
     history = got.metadata["history"]
@@ -378,9 +384,7 @@ def test_a_changed_page_keeps_its_earlier_versions(store_factory: Any) -> None:
     unchanged = page(url, bodies[2])
     unchanged.metadata["fetched_at"] = 5.0
     write(store, [unchanged])
-    store.close()
-    store = reopen()
-    store.open(create=False)
+    store = reopened(store, reopen)
     got = store.get_page(url)
     assert got is not None and got.body == bodies[2]
     versions = store.get_versions(url)
