@@ -52,7 +52,7 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import Request, signals
-from scrapy.exceptions import NotConfigured
+from scrapy.exceptions import DontCloseSpider, NotConfigured
 from scrapy.utils.misc import load_object
 
 from extensions import config, defaults
@@ -382,6 +382,13 @@ class Recrawler:
     A spider may define ``revisit_request(request) -> Request`` to complete a
     revisit (the web spider adds its errback, so a failed revisit is recorded
     and its lease ends like any page's).
+
+    A continuous crawl runs as a service: an idle spider is kept open (the
+    next revisit is due later), whatever ``MAX_IDLE_TIME_BEFORE_CLOSE`` says;
+    ``CLOSESPIDER_TIMEOUT`` or a signal ends it.
+
+    Stats: ``recrawl/scheduled`` (next visits written), ``recrawl/revisits``
+    (due URLs claimed), ``recrawl/conditional`` (revisits with a validator).
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -403,6 +410,7 @@ class Recrawler:
         crawler.signals.connect(self._opened, signal=signals.spider_opened)
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
         crawler.signals.connect(self._stored, signal=items_stored)
+        crawler.signals.connect(self._idle, signal=signals.spider_idle)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -422,6 +430,9 @@ class Recrawler:
             await self._flush()
         if self.schedule is not None:
             await self.schedule.client.aclose()
+
+    def _idle(self) -> None:
+        raise DontCloseSpider
 
     def _stored(self, items: list[Any]) -> None:
         now = time.time()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis.asyncio as aredis
-from scrapy.exceptions import NotConfigured
+from scrapy.exceptions import DontCloseSpider, NotConfigured
 
 from extensions import defaults
 from extensions.config import SettingsError
@@ -163,6 +163,9 @@ def test_recrawler_is_off_by_default_and_checks_its_bounds() -> None:
         })
     )  # fmt: skip
     assert on.policy is uniform_interval
+    # A continuous crawl is a service: an idle spider stays open.
+    with pytest.raises(DontCloseSpider):
+        on._idle()
 
 
 def test_addon_enables_the_extension_only_when_asked(redis_url: str) -> None:
