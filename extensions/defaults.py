@@ -53,7 +53,7 @@ RECRAWL_ENABLED = False
 RECRAWL_MIN_INTERVAL: Annotated[float, Range(above=0)] = 3600.0
 # First revisit interval of a page without a Cache-Control/Expires/sitemap hint, seconds.
 RECRAWL_DEFAULT_INTERVAL: Annotated[float, Range(above=0)] = 86400.0
-# Longest revisit interval of a page, seconds (also how long a claimed revisit may take).
+# Longest revisit interval of a page, seconds.
 RECRAWL_MAX_INTERVAL: Annotated[float, Range(above=0)] = 2_592_000.0
 # Dotted path of the policy function(visit, bounds) -> next interval in seconds.
 RECRAWL_POLICY = "extensions.recrawl.adaptive_interval"

@@ -4,7 +4,8 @@ conditional GET, and an adaptive revisit interval per URL.
 Settings read (defaults in :mod:`extensions.defaults`): ``RECRAWL_ENABLED``,
 ``RECRAWL_MIN_INTERVAL``, ``RECRAWL_DEFAULT_INTERVAL``,
 ``RECRAWL_MAX_INTERVAL``, ``RECRAWL_POLICY``, ``RECRAWL_BATCH_SIZE``,
-``RECRAWL_POLL_INTERVAL``; ``REDIS_URL`` through :mod:`extensions.connection`.
+``RECRAWL_POLL_INTERVAL``, ``FRONTIER_LEASE_TIMEOUT``; ``REDIS_URL`` through
+:mod:`extensions.connection`.
 
 How a page comes back:
 
@@ -16,10 +17,13 @@ How a page comes back:
    into the item). The policy turns that into the next interval; one script
    writes the next-visit time and the record (:data:`SCHEDULE_LUA`).
 2. Every ``RECRAWL_POLL_INTERVAL`` seconds one script claims the due URLs
-   (:data:`CLAIM_LUA`): it pushes their next-visit time ``RECRAWL_MAX_INTERVAL``
-   ahead in the same step, so two workers never both take one URL, and a
-   worker that dies with a claimed URL only delays that page (at most the
-   maximum interval) instead of losing it.
+   (:data:`CLAIM_LUA`): it pushes their next-visit time a hold ahead in the
+   same step (the longer of ``RECRAWL_MIN_INTERVAL`` and
+   ``FRONTIER_LEASE_TIMEOUT``), so two workers never both take one URL, and a
+   worker that dies before its claimed URLs reach the frontier's write-ahead
+   log only delays those pages by the hold instead of losing them. A revisit
+   still waiting in its host's queue when the hold ends is claimed again; its
+   second copy is the same queue member and is not queued twice.
 3. The revisit request (``dont_filter``: the Bloom filter marked the URL seen
    on discovery, and a seen URL must stay revisitable) carries the record in
    its meta and the validators as ``If-None-Match`` / ``If-Modified-Since``,
@@ -403,6 +407,8 @@ class Recrawler:
         )
         self.batch_size = s.getint("RECRAWL_BATCH_SIZE")
         self.poll = s.getfloat("RECRAWL_POLL_INTERVAL")
+        hold = max(self.bounds.min, s.getfloat("FRONTIER_LEASE_TIMEOUT"))
+        self.hold_ms = int(hold * 1000)
         self.schedule: RecrawlSchedule | None = None
         self._out: list[tuple[str, Record]] = []
         self._task: asyncio.Task[None] | None = None
@@ -464,9 +470,8 @@ class Recrawler:
         spider = self.crawler.spider
         if engine is None or spider is None:
             return
-        hold_ms = int(self.bounds.max * 1000)
         complete = getattr(spider, "revisit_request", None)
-        claimed = await self.schedule.claim(self.batch_size, hold_ms)
+        claimed = await self.schedule.claim(self.batch_size, self.hold_ms)
         for url, record in claimed:
             request = revisit_request(url, record)
             if complete is not None:

@@ -61,6 +61,20 @@ def test_claim_takes_due_urls_once_across_workers(redis_url: str) -> None:
     assert dict(got_a + got_b)["http://a.test/7"] == Record(0.0, '"e7"')
 
 
+def test_a_claim_that_never_reached_the_frontier_comes_back(redis_url: str) -> None:
+    async def go() -> tuple[list[Any], list[Any]]:
+        s = await _schedule(redis_url)
+        await s.schedule([("http://a.test/", Record(0.0, '"e"'))])
+        first = await s.claim(10, 50)  # this worker dies with it
+        await asyncio.sleep(0.2)  # the hold (50 ms, Redis TIME) is over
+        again = await s.claim(10, 60_000)
+        await s.client.aclose()
+        return first, again
+
+    first, again = run(go())
+    assert [u for u, _ in first] == [u for u, _ in again] == ["http://a.test/"]
+
+
 def test_schedule_scores_by_redis_time(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
@@ -163,6 +177,8 @@ def test_recrawler_is_off_by_default_and_checks_its_bounds() -> None:
         })
     )  # fmt: skip
     assert on.policy is uniform_interval
+    hold = max(defaults.RECRAWL_MIN_INTERVAL, defaults.FRONTIER_LEASE_TIMEOUT)
+    assert on.hold_ms == hold * 1000
     # A continuous crawl is a service: an idle spider stays open.
     with pytest.raises(DontCloseSpider):
         on._idle()
