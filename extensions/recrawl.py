@@ -356,12 +356,31 @@ class RecrawlSchedule:
         res: list[Any] = await self._claim(keys=keys, args=[count, hold_ms])
         out: list[tuple[str, Record | None]] = []
         for i in range(0, len(res), 2):
-            data = res[i + 1]
-            out.append((res[i].decode(), Record.from_json(data) if data else None))
+            url, data = res[i].decode(), res[i + 1]
+            out.append((url, _record_or_none(url, data)))
         return out
 
     async def size(self) -> int:
         return int(await self.client.zcard(self.keys.recrawl))
+
+
+def _record_or_none(url: str, data: bytes | None) -> Record | None:
+    """A stored record, or None when there is none or it is not one (written
+    by something else: the revisit then goes out unconditional, and its
+    store rewrites a good record).
+
+    >>> _record_or_none("u", b'[1, null, null, null]')
+    Record(interval=1.0, etag=None, last_modified=None, content_hash=None)
+    >>> _record_or_none("u", b"{oops") is None
+    True
+    """
+    if not data:
+        return None
+    try:
+        return Record.from_json(data)
+    except (ValueError, TypeError):
+        logger.warning("Ignoring a malformed recrawl record of %s: %r", url, data[:200])
+        return None
 
 
 def bounds_from_settings(settings: Any) -> Bounds:

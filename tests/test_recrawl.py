@@ -214,3 +214,20 @@ def test_sitemap_changefreq_travels_only_when_revisits_are_on(enabled: bool) -> 
     (request,) = spider._sitemap_links(response)
     assert request.url == "http://a.test/news"
     assert request.meta.get(CHANGEFREQ_META) == ("hourly" if enabled else None)
+
+
+def test_a_malformed_record_gives_an_unconditional_revisit(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Before: the claim raised on a record that is not JSON, and the
+    extension's loop died with it (no more revisits on that worker)."""
+    redis_client.zadd("web:{web}:recrawl", {"http://a.test/": 0})
+    redis_client.hset("web:{web}:recrawl:data", "http://a.test/", "{not json")
+
+    async def go() -> list[Any]:
+        s = await _schedule(redis_url)
+        got = await s.claim(10, 60_000)
+        await s.client.aclose()
+        return got
+
+    assert run(go()) == [("http://a.test/", None)]
