@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Self
 
+from redis.exceptions import ResponseError
 from scrapy import Request, signals
 from scrapy.exceptions import DontCloseSpider, NotConfigured
 from scrapy.utils.misc import load_object
@@ -481,6 +482,10 @@ class Recrawler:
                 await self._feed()
             except TRANSIENT_REDIS_ERRORS as exc:
                 logger.warning("Recrawl schedule unreachable (%s)", type(exc).__name__)
+            except ResponseError as exc:
+                # Redis refused a script (out of memory, a key of another
+                # type): log it and go on polling, as the scheduler does.
+                logger.error("Recrawl schedule refused by Redis: %s", exc)
             await asyncio.sleep(self.poll)
 
     async def _feed(self) -> None:
