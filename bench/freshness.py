@@ -206,7 +206,7 @@ def simulate(
 def schedule_memory(n: int) -> dict[str, float]:
     """Redis bytes per URL of the recrawl schedule (``MEMORY USAGE ...
     SAMPLES 0`` of its ZSET and HASH) holding ``n`` sandbox-like URLs, each
-    with an ETag, a Last-Modified date and a SHA-256 content hash."""
+    with an ETag, a Last-Modified date and a content hash (as kept)."""
     import asyncio
     import hashlib
     import tempfile
@@ -214,14 +214,15 @@ def schedule_memory(n: int) -> dict[str, float]:
     import redis.asyncio as aredis
 
     from extensions.embedded_redis import RedisProcess
-    from extensions.recrawl import Record, RecrawlSchedule
+    from extensions.recrawl import HASH_CHARS, Record, RecrawlSchedule
 
     spec = SiteSpec(seed=1, hosts=100, pages_per_host=max(1, n // 100))
     urls = [spec.url(i, spec.page_path(i, k), 8080) for i in range(spec.hosts)
             for k in range(spec.pages_on(i))][:n]  # fmt: skip
 
     def sha(url: str) -> str:
-        return hashlib.sha256(url.encode()).hexdigest()
+        # What the extension keeps of a page's SHA-256 (extensions.recrawl).
+        return hashlib.sha256(url.encode()).hexdigest()[:HASH_CHARS]
 
     def etag(url: str) -> str:
         return '"' + hashlib.blake2b(url.encode(), digest_size=8).hexdigest() + '"'

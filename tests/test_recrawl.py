@@ -126,11 +126,12 @@ def item(**kw: Any) -> PageItem:
 def test_next_visit_reads_what_the_fetch_learned() -> None:
     bounds = Bounds(10.0, 100.0, 10_000.0)
     headers = {"etag": ['"v1"'], "last-modified": ["Mon, 01 Jan 2024 00:00:00 GMT"]}
-    first = next_visit(item(headers=headers, content_hash="h1"), adaptive_interval,
+    h1, h2 = "1" * 64, "2" * 64  # SHA-256 hex digests
+    first = next_visit(item(headers=headers, content_hash=h1), adaptive_interval,
                        bounds, 0.0)  # fmt: skip
     assert first == (
         "http://a.test/",
-        Record(100.0, '"v1"', "Mon, 01 Jan 2024 00:00:00 GMT", "h1"),
+        Record(100.0, '"v1"', "Mon, 01 Jan 2024 00:00:00 GMT", "1" * 16),
     )
     # The revisit carries the record; the same hash counts as unchanged.
     request = revisit_request("http://a.test/", first[1])
@@ -138,16 +139,16 @@ def test_next_visit_reads_what_the_fetch_learned() -> None:
     assert request.headers[b"If-Modified-Since"] == b"Mon, 01 Jan 2024 00:00:00 GMT"
     assert request.meta["handle_httpstatus_list"] == [304] and request.dont_filter
     meta = request.meta[RECRAWL_META]
-    same = next_visit(item(headers=headers, content_hash="h1", recrawl=meta),
+    same = next_visit(item(headers=headers, content_hash=h1, recrawl=meta),
                       adaptive_interval, bounds, 0.0)  # fmt: skip
     assert same is not None and same[1].interval == 140.0
-    changed = next_visit(item(content_hash="h2", recrawl=meta), adaptive_interval,
+    changed = next_visit(item(content_hash=h2, recrawl=meta), adaptive_interval,
                          bounds, 0.0)  # fmt: skip
-    assert changed is not None and changed[1] == Record(80.0, None, None, "h2")
+    assert changed is not None and changed[1] == Record(80.0, None, None, "2" * 16)
     # A 304 keeps the validators and the hash of the last 200.
     nm = next_visit(item(status=304, recrawl=meta), adaptive_interval, bounds, 0.0)
     assert nm is not None
-    assert nm[1] == Record(140.0, '"v1"', "Mon, 01 Jan 2024 00:00:00 GMT", "h1")
+    assert nm[1] == Record(140.0, '"v1"', "Mon, 01 Jan 2024 00:00:00 GMT", "1" * 16)
     # A Cache-Control max-age seeds a new page's interval.
     hinted = next_visit(item(headers={"cache-control": ["max-age=30"]}),
                         adaptive_interval, bounds, 0.0)  # fmt: skip
