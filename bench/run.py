@@ -4,7 +4,8 @@ Crawls the sandbox web with stock Scrapy, stock scrapy-redis and webcrawl (one
 and two workers), in turn, same pages, seeds, concurrency and delay
 (:mod:`bench.crawlers`), repeats each crawl, measures Redis memory per queued
 request and per seen URL (:mod:`bench.memory`), runs the component
-micro-benchmarks (``python -m bench.bloom``, ``python -m bench.pipeline``) and
+micro-benchmarks (``python -m bench.bloom``, ``python -m bench.pipeline``,
+``python -m bench.freshness``) and
 prints one table per scenario, crawlers as columns, each cell the median of
 the repeats, its range, and its ratio to stock Scrapy. The tables also go to
 ``bench/out/latest.md``. Every crawl is bounded by ``--timeout``; everything
@@ -526,6 +527,9 @@ def main(argv: list[str] | None = None) -> int:
             for module, margs in (
                 ("bench.bloom", size.bloom_args),
                 ("bench.pipeline", size.pipeline_args),
+                # Continuous crawling: freshness of the revisit policies and
+                # the schedule's Redis bytes per URL (~15 s).
+                ("bench.freshness", ["--budget", "125", "--memory", "100000"]),
             ):
                 if margs is None:
                     continue

@@ -46,6 +46,22 @@ SCHEDULER_FLUSH_ON_START = False
 # Dotted path of the function that scores a request's priority (empty: keep request.priority).
 FRONTIER_PRIORITY_FUNCTION = "extensions.scoring.seed_priority"
 
+# --- Continuous crawling (extensions.recrawl) ---------------------------------
+# Revisit every stored page: a next-visit time per page, conditional GET, adaptive interval.
+RECRAWL_ENABLED = False
+# Shortest revisit interval of a page, seconds.
+RECRAWL_MIN_INTERVAL: Annotated[float, Range(above=0)] = 3600.0
+# First revisit interval of a page without a Cache-Control/Expires/sitemap hint, seconds.
+RECRAWL_DEFAULT_INTERVAL: Annotated[float, Range(above=0)] = 86400.0
+# Longest revisit interval of a page, seconds.
+RECRAWL_MAX_INTERVAL: Annotated[float, Range(above=0)] = 2_592_000.0
+# Dotted path of the policy function(visit, bounds) -> next interval in seconds.
+RECRAWL_POLICY = "extensions.recrawl.adaptive_interval"
+# Due revisits claimed per poll of the schedule.
+RECRAWL_BATCH_SIZE: Annotated[int, Range(1, 100_000)] = 100
+# Seconds between polls of the schedule for due revisits.
+RECRAWL_POLL_INTERVAL: Annotated[float, Range(above=0)] = 1.0
+
 # --- Politeness (extensions.politeness, extensions.robots, extensions.backoff) --
 # Take the fleet-wide per-host download lock before each download.
 POLITENESS_ENABLED = True

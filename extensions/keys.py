@@ -32,6 +32,10 @@ key                             type    what it holds
                                         the newest 10,000
 ``web:{web}:poison:<key>``      any     a frontier key of the wrong type,
                                         renamed aside
+``web:{web}:recrawl``           ZSET    stored URL -> its next visit (ms)
+                                        (``RECRAWL_ENABLED``)
+``web:{web}:recrawl:data``      HASH    stored URL -> JSON [interval s, etag,
+                                        last-modified, content hash]
 ``web:{web}:lock:<id>``         STRING  per-host download lock (token, PX);
                                         id: host, registered domain or IP
 ``web:stats:{web:stats}:fleet``  HASH    fleet totals: counter -> value
@@ -95,6 +99,8 @@ class FrontierKeys:
         self.wal_prefix = tagged + "wal:"
         self.paused = tagged + "paused"
         self.poison = tagged + "poison"
+        self.recrawl = tagged + "recrawl"
+        self.recrawl_data = tagged + "recrawl:data"
 
     def queue(self, host: str) -> str:
         return self.queue_prefix + host

@@ -29,3 +29,12 @@ DONT_DEFER = "dont_defer"
 
 #: True: download without the host lock (Scrapy-style opt-out).
 DONT_POLITENESS = "dont_politeness"
+
+#: A revisit's record (a list set by :mod:`extensions.recrawl`: the previous
+#: visit's interval, validators and content hash); the spider copies it into
+#: the item, whose ``recrawl`` attribute bears the same name.
+RECRAWL_RECORD = "recrawl"
+
+#: A sitemap's ``<changefreq>`` for the page (a revisit hint the spider sets
+#: when ``RECRAWL_ENABLED`` and copies into the item).
+SITEMAP_CHANGEFREQ = "changefreq"

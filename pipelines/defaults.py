@@ -48,3 +48,5 @@ NEARDUP_MAX_DISTANCE: Annotated[int, Range(0, 64)] = 3
 NEARDUP_MIN_WORDS: Annotated[int, Range(0)] = 20
 # Members read at most from one SimHash band set per check.
 NEARDUP_MAX_CANDIDATES: Annotated[int, Range(1)] = 64
+# Visits kept in a page's history (fetched at, status, content hash, changed); 0: none.
+PAGE_HISTORY_MAX: Annotated[int, Range(0, 10_000)] = 50

@@ -55,6 +55,7 @@ from pipelines.dedup import EXACT, DuplicateIndex
 from pipelines.items import PageItem
 from pipelines.records import decode_body, page_record
 from pipelines.stores import store_from_settings
+from pipelines.stores.base import NOT_MODIFIED
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -138,6 +139,8 @@ class StoragePipeline:
         page = await asyncio.to_thread(
             prepare_page, item, self.zlib_level, self.min_words
         )
+        # Told back with items_stored: a revisit compares it with the last one.
+        item.content_hash = page.content_hash
         await self._check_duplicate(page)
         self._count_page(page)
         await self.batcher.put(page)
@@ -196,7 +199,10 @@ class StoragePipeline:
     def _count_page(self, page: PreparedPage) -> None:
         meta = page.metadata
         self._inc("storage/pages")
-        if meta["error"] or not meta["size"]:
+        if meta["status"] == NOT_MODIFIED:
+            # A revisit's 304: a visit, not a failed page (no body is normal).
+            self._inc("storage/pages/not_modified")
+        elif meta["error"] or not meta["size"]:
             self._inc("storage/pages/failed")
         if meta["noindex"]:
             self._inc("storage/pages/noindex")

@@ -27,6 +27,8 @@ from tests.utils import get_crawler
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from scrapy.crawler import Crawler
+
 WORDS = [f"w{i}" for i in range(600)]
 
 
@@ -200,12 +202,16 @@ def simhash_of(text: str) -> int:
     return simhash(text)
 
 
-def test_scrapy_glue_stores_dedups_and_signals(redis_url: str, tmp_path: Path) -> None:
+def storing_crawler(
+    redis_url: str, tmp_path: Path, batch_size: int
+) -> tuple[Crawler, StoragePipeline, list[PageItem]]:
+    """A crawler storing to SQLite in ``tmp_path``, its storage pipeline, and
+    the list the items its ``items_stored`` signal acknowledges are added to."""
     crawler = get_crawler(
         settings_dict={
             "REDIS_URL": redis_url,
             "SQLITE_PATH": str(tmp_path / "pages.sqlite3"),
-            "PIPELINE_BATCH_SIZE": 3,
+            "PIPELINE_BATCH_SIZE": batch_size,
         }
     )
     got: list[PageItem] = []
@@ -214,7 +220,11 @@ def test_scrapy_glue_stores_dedups_and_signals(redis_url: str, tmp_path: Path) -
         got.extend(items)
 
     crawler.signals.connect(on_stored, signal=signals.items_stored, weak=False)
-    pipe = build_from_crawler(StoragePipeline, crawler)
+    return crawler, build_from_crawler(StoragePipeline, crawler), got
+
+
+def test_scrapy_glue_stores_dedups_and_signals(redis_url: str, tmp_path: Path) -> None:
+    _, pipe, got = storing_crawler(redis_url, tmp_path, batch_size=3)
     text = " ".join(WORDS[:200])
     items = [
         item("orig", text),
@@ -298,3 +308,30 @@ def test_not_configured(settings: dict[str, Any], ok: bool, tmp_path: Path) -> N
     else:
         with pytest.raises(NotConfigured):
             build_from_crawler(StoragePipeline, crawler)
+
+
+def test_a_304_is_stored_as_a_visit_and_tells_its_hash(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A revisit answered 304 keeps the stored page and is counted as a visit,
+    not a failed page; the storage acknowledgement carries each item's
+    content hash (what the recrawl schedule compares)."""
+    crawler, pipe, got = storing_crawler(redis_url, tmp_path, batch_size=1)
+    first = item("page")
+    again = PageItem(first.url, first.url, 304, first.fingerprint, fetched_at=9.0)
+
+    async def main() -> None:
+        await pipe.open_spider()
+        await pipe.process_item(first)
+        await pipe.process_item(again)
+        await pipe.close_spider()
+
+    run(main())
+    assert got[0].content_hash is not None and got[1].content_hash is None
+    stats = crawler.stats
+    assert stats is not None
+    assert stats.get_value("storage/pages/not_modified") == 1
+    assert stats.get_value("storage/pages/failed") is None
+    stored = SQLiteStore(tmp_path / "pages.sqlite3").get_page(first.url)
+    assert stored is not None and stored.body == first.body
+    assert [h["status"] for h in stored.metadata["history"]] == [200, 304]

@@ -11,12 +11,14 @@ what they replace (Scrapy's per-process robots middleware and its
 scrapyd ``setting=``, a spider's ``custom_settings``) still win, and are
 checked like the defaults.
 
-It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0.
+It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0, and
+the continuous-crawl extension (:mod:`extensions.recrawl`) when
+``RECRAWL_ENABLED``.
 
-Settings read: ``METRICS_PORT``; ``REDIS_URL`` and ``WEBCRAWL_HOME`` (also
-from the environment, see :func:`extensions.config.setting_or_env`): when no
-Redis is configured,
-the add-on starts (or finds) the embedded one here, before the crawl starts,
+Settings read: ``METRICS_PORT``, ``RECRAWL_ENABLED``; ``REDIS_URL`` and
+``WEBCRAWL_HOME`` (also from the environment, see
+:func:`extensions.config.setting_or_env`): when no Redis is configured, the
+add-on starts (or finds) the embedded one here, before the crawl starts,
 so no component ever starts a process on the reactor thread. An embedded
 Redis this add-on started is stopped again if the crawl fails before the
 spider opens (:class:`~extensions.embedded_redis.StopIfNeverOpened`).
@@ -50,6 +52,7 @@ ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
 EXTENSIONS = {"extensions.fleetstats.FleetStats": 500}
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 METRICS_EXTENSION = {"extensions.metrics.PrometheusMetrics": 500}
+RECRAWL_EXTENSION = {"extensions.recrawl.Recrawler": 500}
 # Every package's defaults module, installed and checked in this order.
 DEFAULTS = (extensions.defaults, pipelines.defaults, defaults)
 
@@ -144,6 +147,8 @@ class Webcrawl:
         settings["EXTENSIONS"].update(EXTENSIONS)
         if settings.getint("METRICS_PORT") > 0:
             settings["EXTENSIONS"].update(METRICS_EXTENSION)
+        if settings.getbool("RECRAWL_ENABLED"):
+            settings["EXTENSIONS"].update(RECRAWL_EXTENSION)
         try:
             started = embedded_unless_configured(settings, "addon")
             if started and self.crawler is not None:

@@ -15,8 +15,8 @@ other server or driver error raises
 :class:`~pipelines.stores.base.PermanentStoreError` (never retried).
 
 Settings read (by :meth:`MongoStore.from_settings`): ``MONGO_URI``,
-``MONGO_DATABASE``, ``MONGO_TIMEOUT_MS``. The URI's password never reaches a
-log (:func:`extensions.redact.redact_url`).
+``MONGO_DATABASE``, ``MONGO_TIMEOUT_MS``, ``PAGE_HISTORY_MAX``. The URI's
+password never reaches a log (:func:`extensions.redact.redact_url`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pymongo
 from bson import BSON
-from pymongo import DeleteOne, ReplaceOne
+from pymongo import DeleteOne, ReplaceOne, UpdateOne
 from pymongo.errors import (
     BulkWriteError,
     ConfigurationError,
@@ -43,6 +43,7 @@ from pipelines import defaults
 from pipelines.stores.base import (
     ITER_CHUNK,
     METADATA_INDEXES,
+    NOT_MODIFIED,
     BatchResult,
     DocumentError,
     PermanentStoreError,
@@ -50,6 +51,10 @@ from pipelines.stores.base import (
     StoreNotFoundError,
     TransientStoreError,
     assemble_pages,
+    decompress,
+    replaces_version,
+    visit,
+    with_visit,
 )
 
 if TYPE_CHECKING:
@@ -66,6 +71,11 @@ TRANSIENT_CODES = frozenset(
 )
 # BSON's limit is 16 MiB; leave room for the bulk command around a document.
 MAX_DOCUMENT_SIZE = 16 * 1024 * 1024 - 16 * 1024
+
+
+# What _with_history reads of a stored page, and a version's metadata.
+STORED_FIELDS = ("content_hash", "history", "has_content", "fetched_at", "url")
+VERSION_META = ("_id", "fetched_at", "content_hash", "encoding")
 
 
 def _is_transient(code: int | None, labels: list[str] | None = None) -> bool:
@@ -88,8 +98,10 @@ class MongoStore:
         *,
         client: Any = None,
         timeout_ms: int = defaults.MONGO_TIMEOUT_MS,
+        history_max: int = defaults.PAGE_HISTORY_MAX,
     ) -> None:
         self.uri = uri
+        self.history_max = history_max
         self.database_name = database
         self.timeout_ms = timeout_ms
         self._client = client
@@ -105,6 +117,7 @@ class MongoStore:
             str(uri),
             settings.get("MONGO_DATABASE") or defaults.MONGO_DATABASE,
             timeout_ms=settings.getint("MONGO_TIMEOUT_MS", defaults.MONGO_TIMEOUT_MS),
+            history_max=settings.getint("PAGE_HISTORY_MAX", defaults.PAGE_HISTORY_MAX),
         )
 
     def __repr__(self) -> str:
@@ -141,6 +154,10 @@ class MongoStore:
             for name in METADATA_INDEXES:
                 meta.create_index(name, name=name)
             db["pages_content"].create_index("page_id", name="page_id")
+            db["pages_versions"].create_index(
+                [("page_id", 1), ("fetched_at", -1)], name="page_id_fetched_at"
+            )
+            db["pages_versions"].create_index("url", name="url")
         except ConnectionFailure as e:
             raise TransientStoreError(f"mongodb unreachable: {e}") from e
         except OperationFailure as e:
@@ -168,17 +185,23 @@ class MongoStore:
     ) -> BatchResult:
         db = self._database()
         result = BatchResult()
+        docs, visits, replaced = self._with_history(db["pages_metadata"], metadata_docs)
+        if replaced:
+            self._keep_versions(db, replaced)
         written = self._bulk(
             db["pages_metadata"],
-            [d for d in metadata_docs if self._fits(d, "pages_metadata", result)],
+            [d for d in docs if self._fits(d, "pages_metadata", result)],
             result,
             "pages_metadata",
+            visits=visits,
         )
         result.written = len(written)
         stale = [
             d["_id"]
             for d in metadata_docs
-            if d["_id"] in written and not d.get("has_content")
+            if d["_id"] in written
+            and not d.get("has_content")
+            and d["_id"] not in visits
         ]
         content = [
             d
@@ -190,6 +213,102 @@ class MongoStore:
         )
         result.content_written = len(done)
         return result
+
+    def _with_history(
+        self, coll: Any, metadata_docs: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], set[str], dict[str, dict[str, Any]]]:
+        """The documents with their history appended (one read of the
+        stored hashes and histories), and the ids of those that are a visit
+        only (a 304 of a stored page: only ``checked_at`` and ``history``
+        are written, see :func:`~pipelines.stores.base.visit`), and the
+        stored metadata of the pages whose content is replaced by another
+        version."""
+        ids = [d["_id"] for d in metadata_docs]
+        try:
+            stored = {
+                m["_id"]: m
+                for m in coll.find(
+                    {"_id": {"$in": ids}},
+                    dict.fromkeys(STORED_FIELDS, 1),
+                )
+            }
+        except ConnectionFailure as e:
+            raise TransientStoreError(f"mongodb unreachable: {e}") from e
+        docs, visits, replaced = [], set(), {}
+        for doc in metadata_docs:
+            previous = stored.get(doc["_id"])
+            if previous is not None and replaces_version(doc, previous):
+                replaced[doc["_id"]] = previous
+            history = with_visit(
+                previous.get("history") if previous else None,
+                visit(doc, previous),
+                self.history_max,
+            )
+            if doc.get("status") == NOT_MODIFIED and previous:
+                visits.add(doc["_id"])
+                docs.append(
+                    {
+                        "_id": doc["_id"],
+                        "checked_at": doc.get("fetched_at"),
+                        "history": history,
+                    }
+                )
+            else:
+                docs.append(
+                    {**doc, "checked_at": doc.get("fetched_at"), "history": history}
+                )
+        return docs, visits, replaced
+
+    def _keep_versions(self, db: Any, replaced: dict[str, dict[str, Any]]) -> None:
+        """Copy the stored content of the ``replaced`` pages to
+        ``pages_versions`` (idempotent upserts), keeping the newest
+        ``history_max`` per page."""
+        versions = db["pages_versions"]
+        try:
+            ops: list[Any] = []
+            for content in db["pages_content"].find({"_id": {"$in": list(replaced)}}):
+                meta = replaced[content["_id"]]
+                vid = f"{content['_id']}@{meta.get('fetched_at')}"
+                version = {
+                    "_id": vid,
+                    "page_id": content["_id"],
+                    "url": meta.get("url"),
+                    "fetched_at": meta.get("fetched_at"),
+                    "content_hash": meta.get("content_hash"),
+                    "html_compressed": content["html_compressed"],
+                    "encoding": content.get("encoding"),
+                }
+                ops.append(ReplaceOne({"_id": vid}, version, upsert=True))
+            if ops:
+                versions.bulk_write(ops, ordered=False)
+            for page_id in replaced:
+                old = versions.find({"page_id": page_id}, {"_id": 1}).sort(
+                    "fetched_at", -1
+                )
+                stale = [v["_id"] for v in list(old)[self.history_max :]]
+                if stale:
+                    versions.delete_many({"_id": {"$in": stale}})
+        except ConnectionFailure as e:
+            raise TransientStoreError(f"mongodb unreachable: {e}") from e
+
+    def get_versions(self, url: str) -> list[StoredPage]:
+        try:
+            cursor = self._database()["pages_versions"].find({"url": url})
+            docs = sorted(cursor, key=lambda d: d.get("fetched_at") or 0, reverse=True)
+        except ConnectionFailure as e:
+            raise TransientStoreError(f"mongodb unreachable: {e}") from e
+        return [
+            StoredPage(
+                url,
+                {
+                    k: d.get(k)
+                    for k in ("_id", "fetched_at", "content_hash", "encoding")
+                },
+                decompress(bytes(d["html_compressed"])),
+                d["_id"],
+            )
+            for d in docs
+        ]
 
     def _fits(self, doc: dict[str, Any], collection: str, result: BatchResult) -> bool:
         size = len(BSON.encode(doc))
@@ -210,10 +329,17 @@ class MongoStore:
         name: str,
         *,
         delete_ids: list[str] | None = None,
+        visits: set[str] | frozenset[str] = frozenset(),
     ) -> set[str]:
         """Upsert ``docs`` (and delete ``delete_ids``) in one unordered bulk
-        write; return the ids of the documents written."""
-        ops: list[Any] = [ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in docs]
+        write; return the ids of the documents written. The ``visits`` ids
+        update only the fields their document names."""
+        ops: list[Any] = [
+            UpdateOne({"_id": d["_id"]}, {"$set": d})
+            if d["_id"] in visits
+            else ReplaceOne({"_id": d["_id"]}, d, upsert=True)
+            for d in docs
+        ]
         ops += [DeleteOne({"_id": i}) for i in delete_ids or []]
         if not ops:
             return set()
