@@ -7,14 +7,19 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck bench bench-quick clean stop-redis
 
+# The project itself is not installed: the commands run from this directory
+# (scrapy finds the project through scrapy.cfg, python -m through the current
+# directory), and a venv without it is exactly what a scrapyd host holds, so a
+# module missing from the egg cannot hide behind an installed copy (issue 17).
+# An editable install left by an older Makefile is removed.
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	$(PY) -m pip uninstall -q -y webcrawl 2>/dev/null || true
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m webcrawl.demo
+	$(PY) -m demo
 
 test: $(STAMP)
 	$(PY) -m ruff check .

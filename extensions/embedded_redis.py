@@ -11,6 +11,8 @@ Two uses:
   the others through ``WEBCRAWL_HOME/redis/redis.url``, and keeps running when
   the crawl ends, so the frontier survives between runs. ``python -m
   extensions.embedded_redis stop`` (or ``make stop-redis``) stops it.
+  If the crawl of the process that started it fails before its spider opens,
+  :class:`StopIfNeverOpened` stops it again.
 * :class:`RedisProcess` runs a throw-away server on a free loopback port, for
   tests and benchmarks.
 
@@ -19,8 +21,10 @@ Settings read: ``WEBCRAWL_HOME`` (also an environment variable).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
 import signal
@@ -31,10 +35,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from scrapy import signals
+
 from extensions.config import setting_or_env
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_HOME = ".webcrawl"
 
@@ -165,6 +174,11 @@ def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:
 
     A file lock makes concurrent workers start one server, not several.
     """
+    return find_or_start(home)[0]
+
+
+def find_or_start(home: str | os.PathLike[str] | None = None) -> tuple[str, bool]:
+    """:func:`ensure_embedded`, and whether this call started the server."""
     root = (Path(home) if home else webcrawl_home()) / "redis"
     root.mkdir(parents=True, exist_ok=True)
     url_file = root / "redis.url"
@@ -173,7 +187,7 @@ def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:
         if url_file.exists():
             port = int(url_file.read_text().rsplit(":", 1)[1].split("/")[0])
             if _ping(port, timeout=1.0):
-                return url_file.read_text().strip()
+                return url_file.read_text().strip(), False
         port = free_port()
         subprocess.run(
             [
@@ -201,7 +215,39 @@ def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:
         _wait_ping(port, None, timeout=10)
         url = f"redis://127.0.0.1:{port}/0"
         url_file.write_text(url + "\n")
-        return url
+        return url, True
+
+
+class StopIfNeverOpened:
+    """Stop the embedded Redis this process started if the crawl never opens.
+
+    A crawl that fails at start (a setting it refuses, a store it cannot open)
+    has put nothing in that Redis, and a daemonized server outlives the
+    process: left alone it is an orphan that no one knows to stop (a scrapyd
+    job leaves no shell behind). Once the spider has opened, the server keeps
+    running after the crawl as always, so the frontier survives restarts. A
+    worker that found the server in the moments between treats its stop like
+    any Redis outage (and, started with the same settings, likely failed too).
+    """
+
+    def __init__(self, crawler: Crawler, home: str | os.PathLike[str]) -> None:
+        self.home = home
+        self.opened = False
+        crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
+        # At exit, not on a signal: a crawl that fails while Scrapy builds its
+        # engine sends no signal at all (scrapy crawl then exits with 1).
+        atexit.register(self.stop_unless_opened)
+
+    def spider_opened(self) -> None:
+        self.opened = True
+
+    def stop_unless_opened(self) -> None:
+        if not self.opened and stop_embedded(self.home):
+            logger.error(
+                "The crawl failed at start: stopped the embedded Redis it had "
+                "started (%s)",
+                Path(self.home) / "redis",
+            )
 
 
 def stop_embedded(home: str | os.PathLike[str] | None = None) -> bool:

@@ -18,6 +18,14 @@ Scores: ``(32768 - priority) * 2**36 + seq``: lower pops first, so a higher
 ``request.priority`` comes first and ``seq`` (a global arrival counter) keeps
 FIFO order within a priority. Both parts fit a double exactly (2**52 < 2**53).
 
+Poison: whoever can write to the shared Redis can leave an entry no script
+or worker can use (a write-ahead batch that is not JSON, a lease record
+without its fields, a queue key of the wrong type, a request naming a class
+to import). Such an entry is moved aside to ``web:{web}:poison`` (a LIST of
+JSON records ``{"key", "field", "entry", "reason", "length"}``, the newest
+:data:`POISON_KEEP` kept) and counted, never retried forever: one bad entry
+must not stop the fleet. Scripts decode with ``pcall`` for that reason.
+
 Every multi-key step is one Lua script; times come from Redis ``TIME``, never
 from worker clocks. The scripts build per-host key names from the hash-tagged
 prefix, so on a Redis Cluster they stay in the ``{prefix}`` slot.
@@ -38,31 +46,70 @@ if TYPE_CHECKING:
 
 PRIORITY_MIN = -(2**15)
 PRIORITY_MAX = 2**15 - 1
+# Poison records kept (the newest); an entry is cut to POISON_ENTRY_KEEP bytes.
+POISON_KEEP = 10_000
+POISON_ENTRY_KEEP = 4096
 
-# Shared Lua helper: put a host back in the ready schedule, at the later of
-# its next allowed fetch time and its park time (circuit breaker, Retry-After).
-_LUA_SCHEDULE_HOST = """
+# Shared Lua helpers: put a host back in the ready schedule, at the later of
+# its next allowed fetch time and its park time (circuit breaker, Retry-After);
+# queue a request; requeue a lease; move a malformed entry to the poison list.
+# Each script sets `pkey` (the poison LIST, one of its KEYS) before use;
+# `poisoned` counts the entries set aside, for the script's return value.
+_LUA_SCHEDULE_HOST = (
+    f"""
+local POISON_KEEP, POISON_ENTRY_KEEP = {POISON_KEEP}, {POISON_ENTRY_KEEP}
+"""
+    + """
+local pkey
+local poisoned = 0
+local function poison(key, field, entry, reason)
+  poisoned = poisoned + 1
+  redis.call('RPUSH', pkey, cjson.encode({key = key, field = field,
+    entry = string.sub(entry, 1, POISON_ENTRY_KEEP), length = #entry,
+    reason = reason}))
+  redis.call('LTRIM', pkey, -POISON_KEEP, -1)
+end
+-- redis.call(cmd, key, ...), except that a key of the wrong type is renamed
+-- aside (to <poison key>:<key>, with a poison record) and the call made again
+-- on the now empty key: one spoiled key must not fail every script run.
+local function on_key(cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r.err then
+    if not string.find(r.err, 'WRONGTYPE', 1, true) then error(r) end
+    local aside = pkey .. ':' .. key
+    redis.call('RENAME', key, aside)
+    poison(key, '', '', 'renamed to ' .. aside .. ': ' .. r.err)
+    r = redis.call(cmd, key, ...)
+  end
+  return r
+end
 local function schedule_host(ready, hkey, host, now)
   if redis.call('ZSCORE', ready, host) then return end
-  local rec = redis.call('HMGET', hkey, 'next', 'park')
+  local rec = on_key('HMGET', hkey, 'next', 'park')
   local t = math.max(tonumber(rec[1]) or 0, tonumber(rec[2]) or 0, now)
   redis.call('ZADD', ready, t, host)
 end
 local function queue_request(qprefix, host, prio, member, seq)
   local s = redis.call('INCR', seq) % 68719476736
   local score = (32768 - prio) * 68719476736 + s
-  return redis.call('ZADD', qprefix .. host, 'NX', score, member)
+  return on_key('ZADD', qprefix .. host, 'NX', score, member)
 end
 -- End lease `id` and put its request back in its host's queue with its
 -- original score (an expired lease, or one handed back). Returns 1 when a
--- request was put back, 0 when the lease was already gone.
+-- request was put back, 0 when the lease was already gone (or its record
+-- was malformed: then it goes to the poison list).
 local function requeue_lease(ready, leases, ldata, qprefix, hprefix, id, now)
   local data = redis.call('HGET', ldata, id)
   local removed = redis.call('ZREM', leases, id)
   redis.call('HDEL', ldata, id)
   if not data or removed == 0 then return 0 end
-  local host, score, member = string.match(data, '^([^\\n]*)\\n([^\\n]*)\\n(.*)$')
-  redis.call('ZADD', qprefix .. host, 'NX', tonumber(score), member)
+  local host, score, member = string.match(data, '^([^\\n]+)\\n([^\\n]*)\\n(.*)$')
+  score = tonumber(score)
+  if not host or not score or score ~= score then
+    poison(ldata, id, data, 'malformed lease record')
+    return 0
+  end
+  on_key('ZADD', qprefix .. host, 'NX', score, member)
   schedule_host(ready, hprefix .. host, host, now)
   return 1
 end
@@ -71,12 +118,14 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 """
+)
 
 # commit: push new requests and acknowledge finished leases, atomically, so a
 # redirect or retry hands its parent's lease over to the child with no window
 # in which neither is in Redis; and drop the batch's write-ahead entry.
 # KEYS[1] ready ZSET, KEYS[2] seq counter, KEYS[3] leases ZSET,
-# KEYS[4] lease data HASH, KEYS[5] the worker's write-ahead HASH
+# KEYS[4] lease data HASH, KEYS[5] the worker's write-ahead HASH,
+# KEYS[6] poison LIST
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix,
 # ARGV[3] number of requests n, ARGV[4] write-ahead entry id ('' for none),
 # then n triples (host, priority, member), then the lease ids to acknowledge.
@@ -85,6 +134,7 @@ COMMIT_LUA = (
     _LUA_SCHEDULE_HOST
     + """
 local ready, seq, leases, ldata = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+pkey = KEYS[6]
 local qprefix, hprefix = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[3])
 local now = now_ms()
@@ -109,47 +159,75 @@ return {added, acked}
 # recover: requeue the write-ahead batches of workers that stopped beating
 # (killed between marking a batch seen in the dupefilter and queueing it).
 # Every request of such a batch is queued (ZADD NX): whether the dupefilter
-# called it new is unknown, and a re-crawl beats a lost URL.
-# KEYS[1] workers ZSET, KEYS[2] ready ZSET, KEYS[3] seq counter
+# called it new is unknown, and a re-crawl beats a lost URL. A batch that is
+# not JSON, or holds requests not shaped [host, priority, member], goes to
+# the poison list (its well-formed requests are still queued).
+# KEYS[1] workers ZSET, KEYS[2] ready ZSET, KEYS[3] seq counter,
+# KEYS[4] poison LIST
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix,
 # ARGV[3] write-ahead key prefix, ARGV[4] silence (ms) after which a worker
-# is dead. Returns the number of requests queued again.
+# is dead. Returns {requests queued again, entries poisoned}.
 RECOVER_LUA = (
     _LUA_SCHEDULE_HOST
     + """
 local workers, ready, seq = KEYS[1], KEYS[2], KEYS[3]
+pkey = KEYS[4]
 local qprefix, hprefix, wprefix = ARGV[1], ARGV[2], ARGV[3]
 local now = now_ms()
 local dead = redis.call('ZRANGEBYSCORE', workers, '-inf', now - tonumber(ARGV[4]))
 local n = 0
 for _, worker in ipairs(dead) do
   local wal = wprefix .. worker
-  for _, blob in ipairs(redis.call('HVALS', wal)) do
-    for _, r in ipairs(cjson.decode(blob)) do
-      n = n + queue_request(qprefix, r[1], r[2], r[3], seq)
-      schedule_host(ready, hprefix .. r[1], r[1], now)
+  local all = redis.pcall('HGETALL', wal)
+  if all.err then
+    poison(wal, '', '', all.err)
+    all = {}
+  end
+  for i = 1, #all, 2 do
+    local ok, batch = pcall(cjson.decode, all[i + 1])
+    if not ok or type(batch) ~= 'table' or (#batch == 0 and next(batch)) then
+      poison(wal, all[i], all[i + 1], 'write-ahead batch is not a JSON list')
+    else
+      local bad = 0
+      for _, r in ipairs(batch) do
+        if type(r) == 'table' and type(r[1]) == 'string' and r[1] ~= ''
+            and type(r[2]) == 'number' and r[2] == r[2]
+            and type(r[3]) == 'string' then
+          local prio = math.max(-32768, math.min(32767, math.floor(r[2])))
+          n = n + queue_request(qprefix, r[1], prio, r[3], seq)
+          schedule_host(ready, hprefix .. r[1], r[1], now)
+        else
+          bad = bad + 1
+        end
+      end
+      if bad > 0 then
+        poison(wal, all[i], all[i + 1],
+               bad .. ' malformed requests in a write-ahead batch')
+      end
     end
   end
   redis.call('DEL', wal)
   redis.call('ZREM', workers, worker)
 end
-return n
+return {n, poisoned}
 """
 )
 
 # lease: reclaim expired leases, then lease up to `count` ready requests.
 # KEYS[1] ready ZSET, KEYS[2] leases ZSET, KEYS[3] lease data HASH,
-# KEYS[4] seq counter
+# KEYS[4] seq counter, KEYS[5] poison LIST
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix, ARGV[3] count,
 # ARGV[4] lease time ms, ARGV[5] worker id, ARGV[6] default delay ms,
 # ARGV[7] most expired leases to reclaim in this call, ARGV[8] back-off quiet
 # period ms (a back-off raised longer ago than that is forgiven)
 # Returns {reclaimed, ms until the next host is ready (-1: none queued),
-#          hosts ready, leases outstanding, id1, request1, id2, request2, ...}
+#          hosts ready, leases outstanding, entries poisoned,
+#          id1, request1, id2, request2, ...}
 LEASE_LUA = (
     _LUA_SCHEDULE_HOST
     + """
 local ready, leases, ldata, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+pkey = KEYS[5]
 local qprefix, hprefix = ARGV[1], ARGV[2]
 local count, lease_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
 local worker, default_delay = ARGV[5], tonumber(ARGV[6])
@@ -160,7 +238,8 @@ local reclaimed = 0
 local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0,
                            tonumber(ARGV[7]))
 for _, id in ipairs(expired) do
-  reclaimed = reclaimed + requeue_lease(ready, leases, ldata, qprefix, hprefix, id, now)
+  reclaimed = reclaimed
+    + requeue_lease(ready, leases, ldata, qprefix, hprefix, id, now)
 end
 
 local out = {}
@@ -171,13 +250,13 @@ while #out < count * 2 and guard > 0 do
   if #top == 0 or tonumber(top[2]) > now then break end
   local host = top[1]
   local hkey = hprefix .. host
-  local rec = redis.call('HMGET', hkey, 'delay', 'backoff', 'park', 'backoff_at')
+  local rec = on_key('HMGET', hkey, 'delay', 'backoff', 'park', 'backoff_at')
   local park = tonumber(rec[3]) or 0
   if park > now then
     redis.call('ZADD', ready, park, host)
   else
     local q = qprefix .. host
-    local popped = redis.call('ZPOPMIN', q)
+    local popped = on_key('ZPOPMIN', q)
     if #popped == 0 then
       redis.call('ZREM', ready, host)
     else
@@ -203,7 +282,8 @@ end
 local wait = -1
 local top = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
 if #top > 0 then wait = math.max(0, tonumber(top[2]) - now) end
-local res = {reclaimed, wait, redis.call('ZCARD', ready), redis.call('ZCARD', leases)}
+local res = {reclaimed, wait, redis.call('ZCARD', ready), redis.call('ZCARD', leases),
+             poisoned}
 for _, v in ipairs(out) do res[#res + 1] = v end
 return res
 """
@@ -211,13 +291,15 @@ return res
 
 # release: hand leases back to their queues now (a graceful stop returns the
 # requests it has not started), keeping their original scores.
-# KEYS[1] ready ZSET, KEYS[2] leases ZSET, KEYS[3] lease data HASH
+# KEYS[1] ready ZSET, KEYS[2] leases ZSET, KEYS[3] lease data HASH,
+# KEYS[4] poison LIST
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix, ARGV[3..] lease ids
 # Returns the number of requests put back.
 RELEASE_LUA = (
     _LUA_SCHEDULE_HOST
     + """
 local ready, leases, ldata = KEYS[1], KEYS[2], KEYS[3]
+pkey = KEYS[4]
 local qprefix, hprefix = ARGV[1], ARGV[2]
 local now = now_ms()
 local n = 0
@@ -238,6 +320,7 @@ class LeaseBatch:
     wait_ms: int  # until the next queued host is ready; -1: nothing queued
     hosts_ready: int  # hosts with queued requests
     leases_outstanding: int  # across the whole fleet
+    poisoned: int = 0  # malformed entries moved to the poison list
 
 
 @dataclass
@@ -288,7 +371,8 @@ class Frontier:
             args += [r.host, clamp_priority(r.priority), r.member]
         args += list(acks)
         added, acked = await self._commit(
-            keys=[k.ready, k.seq, k.leases, k.lease_data, k.wal(worker)], args=args
+            keys=[k.ready, k.seq, k.leases, k.lease_data, k.wal(worker), k.poison],
+            args=args,
         )
         return int(added), int(acked)
 
@@ -302,15 +386,38 @@ class Frontier:
         )
         await self.client.hset(self.keys.wal(worker), entry, blob)
 
-    async def recover(self, dead_after_ms: int) -> int:
-        """Queue the write-ahead batches of workers silent for ``dead_after_ms``."""
+    async def recover(self, dead_after_ms: int) -> tuple[int, int]:
+        """Queue the write-ahead batches of workers silent for ``dead_after_ms``.
+
+        Returns (requests queued again, malformed entries poisoned)."""
         k = self.keys
-        return int(
-            await self._recover(
-                keys=[k.workers, k.ready, k.seq],
-                args=[k.queue_prefix, k.host_prefix, k.wal_prefix, dead_after_ms],
-            )
+        queued, poisoned = await self._recover(
+            keys=[k.workers, k.ready, k.seq, k.poison],
+            args=[k.queue_prefix, k.host_prefix, k.wal_prefix, dead_after_ms],
         )
+        return int(queued), int(poisoned)
+
+    async def quarantine(self, entries: Sequence[tuple[str, str, bytes, str]]) -> None:
+        """Move entries a worker cannot use to the poison list: each is
+        (key it came from, field or lease id, the entry, why)."""
+        if not entries:
+            return
+        records = [
+            json.dumps(
+                {
+                    "key": key,
+                    "field": field,
+                    "entry": entry[:POISON_ENTRY_KEEP].decode("utf-8", "replace"),
+                    "length": len(entry),
+                    "reason": reason,
+                }
+            )
+            for key, field, entry, reason in entries
+        ]
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.rpush(self.keys.poison, *records)
+            pipe.ltrim(self.keys.poison, -POISON_KEEP, -1)
+            await pipe.execute()
 
     async def lease(
         self,
@@ -323,7 +430,7 @@ class Frontier:
     ) -> LeaseBatch:
         k = self.keys
         res: list[Any] = await self._lease(
-            keys=[k.ready, k.leases, k.lease_data, k.seq],
+            keys=[k.ready, k.leases, k.lease_data, k.seq, k.poison],
             args=[
                 k.queue_prefix,
                 k.host_prefix,
@@ -335,9 +442,11 @@ class Frontier:
                 backoff_quiet_ms,
             ],
         )
-        items: list[bytes] = list(res[4:])
+        items: list[bytes] = list(res[5:])
         leases = [(items[i].decode(), items[i + 1]) for i in range(0, len(items), 2)]
-        return LeaseBatch(leases, int(res[0]), int(res[1]), int(res[2]), int(res[3]))
+        return LeaseBatch(
+            leases, int(res[0]), int(res[1]), int(res[2]), int(res[3]), int(res[4])
+        )
 
     async def release(self, lease_ids: Sequence[str]) -> int:
         if not lease_ids:
@@ -345,7 +454,7 @@ class Frontier:
         k = self.keys
         return int(
             await self._release(
-                keys=[k.ready, k.leases, k.lease_data],
+                keys=[k.ready, k.leases, k.lease_data, k.poison],
                 args=[k.queue_prefix, k.host_prefix, *lease_ids],
             )
         )

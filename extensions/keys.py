@@ -22,6 +22,11 @@ key                             type    what it holds
 ``web:{web}:workers``           ZSET    worker id -> last heartbeat (ms)
 ``web:{web}:wal:<worker>``      HASH    batches written ahead of the
                                         dupefilter, until queued
+``web:{web}:poison``            LIST    malformed entries moved aside (JSON:
+                                        key, field, entry, length, reason);
+                                        the newest 10,000
+``web:{web}:poison:<key>``      any     a frontier key of the wrong type,
+                                        renamed aside
 ``web:{web}:lock:<id>``         STRING  per-host download lock (token, PX);
                                         id: host, registered domain or IP
 ``web:robots:<host>``           HASH    cached robots.txt: status, body, time
@@ -72,6 +77,7 @@ class FrontierKeys:
         self.seq = tagged + "seq"
         self.workers = tagged + "workers"
         self.wal_prefix = tagged + "wal:"
+        self.poison = tagged + "poison"
 
     def queue(self, host: str) -> str:
         return self.queue_prefix + host

@@ -16,7 +16,13 @@ dupefilter in one batch, pushes the survivors and acknowledges finished
 leases in one script, refills the buffer with a batch of leases when it runs
 low, renews this worker's leases and reclaims expired ones. When Redis is
 unreachable it waits and retries with back-off; nothing is dropped, since the
-outbox and acknowledgements stay in memory until Redis takes them.
+outbox and acknowledgements stay in memory until Redis takes them. Any other
+failure of one step (heartbeat, recover, push, lease) is logged with its
+traceback once per run of failures and counted
+(``scheduler/step_errors/<step>``), and the other steps still run: one bad
+entry in Redis or one bug cannot stop the worker's whole share of the fleet.
+Entries the worker cannot use (see :mod:`extensions.frontier`, "Poison")
+go to the poison list, counted as ``scheduler/poison`` and logged once.
 
 Leases end (are acknowledged) when the request's outcome is final and
 durable: its page stored (signal :data:`extensions.signals.items_stored`), a
@@ -58,6 +64,7 @@ from extensions.hosts import host_key
 from extensions.keys import crawl_patterns
 from extensions.scoring import LocalHostCounts
 from extensions.serialization import (
+    CorruptEntry,
     UnserializableRequest,
     request_from_bytes,
     request_to_bytes,
@@ -173,6 +180,9 @@ class RedisScheduler(BaseScheduler):
         # the requests through the dupefilter again (they are marked seen).
         self._pending: _Batch | None = None
         self._warned_unserializable = False
+        self._warned_poison = False
+        self._beaten = False  # this worker is in the workers ZSET
+        self._failing: dict[str, int] = {}  # stage -> failures in a row
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -325,10 +335,6 @@ class RedisScheduler(BaseScheduler):
                 delay = self._redis_failed(exc)
                 await self._sleep(delay)
                 continue
-            except Exception:
-                logger.exception("Frontier step failed; retrying")
-                await self._sleep(self.retry_initial)
-                continue
             await self._wait()
 
     def _close_crawl(self, reason: str) -> None:
@@ -361,7 +367,12 @@ class RedisScheduler(BaseScheduler):
             await asyncio.wait_for(self._wakeup.wait(), seconds)
 
     async def _wait(self) -> None:
-        if self._outbox or self._acks or self._pending or self._closing:
+        if self._closing:
+            return
+        if self._outbox or self._acks or self._pending:
+            if "push" in self._failing or not self._beaten:
+                # Not in a tight loop: the push failed, or waits for a beat.
+                await self._sleep(self.retry_initial)
             return
         deadline = self._next_heartbeat
         if len(self._buffer) <= self.buffer_size // 2:
@@ -369,16 +380,56 @@ class RedisScheduler(BaseScheduler):
         await self._sleep(max(0.0, deadline - time.monotonic()))
 
     async def _step(self) -> None:
+        """One round of Redis work, in stages. Redis being away ends the
+        round (every stage would fail alike, ``_run`` backs off); any other
+        failure of one stage -- a script error on data it cannot handle, a
+        bug -- is logged with its traceback and the other stages still run,
+        so no single failing step can starve the rest of the fleet's work."""
         self._wakeup.clear()
         now = time.monotonic()
         # Beat first: a worker must be known alive before it writes ahead,
-        # or its write-ahead entries would never be recovered.
+        # or its write-ahead entries would never be recovered. A failing beat
+        # is tried again at the next interval, not on every step.
         if now >= self._next_heartbeat:
-            await self._heartbeat()
             self._next_heartbeat = now + self.heartbeat
-        await self._sync_out()
+            await self._stage("heartbeat", self._heartbeat)
+            await self._stage("recover", self._recover)
+        if self._beaten:
+            await self._stage("push", self._sync_out)
         if len(self._buffer) <= self.buffer_size // 2 and now >= self._next_poll:
-            await self._refill()
+            await self._stage("lease", self._refill)
+
+    async def _stage(self, name: str, func: Callable[[], Awaitable[None]]) -> bool:
+        """Run one stage; True when it succeeded. Transient Redis errors
+        propagate (see :meth:`_step`)."""
+        try:
+            await func()
+        except TRANSIENT_REDIS_ERRORS:
+            raise
+        except Exception:
+            # Not transient: a bug, or a Redis error on data. Loud, with the
+            # traceback, once per run of failures (the count is in stats).
+            self.stats.inc_value(f"scheduler/step_errors/{name}")
+            failures = self._failing.get(name, 0)
+            self._failing[name] = failures + 1
+            if failures == 0:
+                logger.exception(
+                    "Frontier step %r failed; the other steps go on and it is "
+                    "tried again (further failures are counted in "
+                    "scheduler/step_errors/%s)",
+                    name,
+                    name,
+                )
+            if name == "lease":
+                # Do not hammer a failing lease script on every wake-up.
+                self._next_poll = time.monotonic() + self.retry_initial
+            return False
+        failures = self._failing.pop(name, 0)
+        if failures:
+            logger.warning(
+                "Frontier step %r works again after %s failures", name, failures
+            )
+        return True
 
     async def _sync_out(self) -> None:
         """Dedup the outbox, push it and send acknowledgements, in batches.
@@ -492,17 +543,21 @@ class RedisScheduler(BaseScheduler):
         if batch.reclaimed:
             self.stats.inc_value("scheduler/reclaimed", batch.reclaimed)
             logger.info("Reclaimed %s expired leases", batch.reclaimed)
-        bad: list[str] = []
+        self._poisoned(batch.poisoned)
+        bad: list[tuple[str, str, bytes, str]] = []
         for lease, member in batch.leases:
             try:
                 request = request_from_bytes(member, self.spider)
-            except Exception:
-                self.stats.inc_value("scheduler/undecodable")
-                logger.error("Dropping an undecodable frontier entry: %r", member[:200])
-                bad.append(lease)
+            except CorruptEntry as exc:
+                bad.append((self.frontier.keys.lease_data, lease, member, str(exc)))
                 continue
             self._buffer.append((lease, request))
-        self._acks.extend(bad)
+        if bad:
+            # Set aside before the leases end: if this fails, the leases
+            # expire and the entries come back to be judged again.
+            await self.frontier.quarantine(bad)
+            self._acks.extend(lease for _, lease, _, _ in bad)
+            self._poisoned(len(bad))
         now = time.monotonic()
         if batch.leases:
             self._next_poll = now  # there may be more ready right away
@@ -514,23 +569,45 @@ class RedisScheduler(BaseScheduler):
 
     async def _heartbeat(self) -> None:
         assert self.frontier is not None
-        now = time.monotonic()
-        renew = [lease for lease, t in self._held.items() if now - t < MAX_LEASE_AGE]
-        renew += [lease for lease, _ in self._buffer]
-        if renew:
-            await self.frontier.extend(renew, int(self.lease_timeout * 1000))
         sec, usec = await self.frontier.client.time()
         await self.frontier.client.zadd(
             self.frontier.keys.workers,
             {self.worker: int(sec) * 1000 + int(usec) // 1000},
         )
-        recovered = await self.frontier.recover(int(self.lease_timeout * 1000))
+        self._beaten = True
+        now = time.monotonic()
+        renew = [lease for lease, t in self._held.items() if now - t < MAX_LEASE_AGE]
+        renew += [lease for lease, _ in self._buffer]
+        if renew:
+            await self.frontier.extend(renew, int(self.lease_timeout * 1000))
+        self._remote_ready, self._remote_leases = await self.frontier.counts()
+
+    async def _recover(self) -> None:
+        assert self.frontier is not None
+        recovered, poisoned = await self.frontier.recover(
+            int(self.lease_timeout * 1000)
+        )
+        self._poisoned(poisoned)
         if recovered:
             self.stats.inc_value("scheduler/recovered", recovered)
             logger.warning(
                 "Queued again %s requests a stopped worker had not queued", recovered
             )
-        self._remote_ready, self._remote_leases = await self.frontier.counts()
+
+    def _poisoned(self, n: int) -> None:
+        """Count entries moved to the poison list; log the first time only."""
+        if not n:
+            return
+        assert self.frontier is not None
+        self.stats.inc_value("scheduler/poison", n)
+        if not self._warned_poison:
+            logger.warning(
+                "Moved %s malformed frontier entries to %s (reported once; "
+                "counted in scheduler/poison)",
+                n,
+                self.frontier.keys.poison,
+            )
+            self._warned_poison = True
 
     async def _flush_keys(self) -> None:
         assert self.frontier is not None and self.spider is not None

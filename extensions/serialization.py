@@ -11,18 +11,19 @@ Priority is left out as well: the frontier keeps it in the ZSET score. This
 keeps a typical queued page request under 200 bytes of Redis memory, ZSET
 overhead included (see ``bench/RESULTS.md``). JSON means a shared Redis
 holds data, not code: anyone who can write to it cannot run code in workers.
+Decoding keeps it that way: a stored request class must be one of
+:data:`REQUEST_CLASSES` (Scrapy would import any dotted path it is given), and
+a callback or errback must name a public method the spider itself defines
+(or ``parse``); anything else raises :class:`CorruptEntry`.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from scrapy import Request
+from scrapy import Request, Spider
 from scrapy.utils.request import request_from_dict
-
-if TYPE_CHECKING:
-    from scrapy import Spider
 
 # Values equal to these are not stored (Request's own defaults).
 _DEFAULTS: dict[str, Any] = {
@@ -58,6 +59,23 @@ _LONG = {v: k for k, v in _SHORT.items()}
 TRANSIENT_META = frozenset({"download_slot", "download_latency", "frontier_lease"})
 
 
+# The request classes a queued entry may name (``_class``): the ones Scrapy
+# ships that webcrawl's components can produce. Anything else is refused
+# before Scrapy's ``load_object`` would import it.
+REQUEST_CLASSES = frozenset(
+    {
+        "scrapy.http.request.Request",
+        "scrapy.http.request.form.FormRequest",
+        "scrapy.http.request.json_request.JsonRequest",
+    }
+)
+
+
+class CorruptEntry(ValueError):
+    """A frontier entry that is not a request this project wrote: bad bytes,
+    bad JSON, a request class or callback that is not allowed."""
+
+
 class UnserializableRequest(ValueError):
     """The request cannot be stored as JSON (e.g. a lambda callback or a meta
     value JSON cannot represent)."""
@@ -84,7 +102,13 @@ def _encode_value(value: Any) -> Any:
 def _decode_value(value: Any) -> Any:
     if isinstance(value, dict):
         if len(value) == 1 and "$b" in value:
-            return value["$b"].encode("latin-1")
+            raw = value["$b"]
+            if not isinstance(raw, str):
+                raise CorruptEntry("a bytes value that is not text")
+            try:
+                return raw.encode("latin-1")
+            except UnicodeEncodeError:
+                raise CorruptEntry("a bytes value beyond latin-1") from None
         return {k: _decode_value(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_decode_value(v) for v in value]
@@ -163,7 +187,8 @@ def request_to_bytes(request: Request, spider: Spider | None = None) -> bytes:
 def request_from_bytes(
     data: bytes, spider: Spider | None = None, priority: int = 0
 ) -> Request:
-    """Inverse of :func:`request_to_bytes`.
+    """Inverse of :func:`request_to_bytes`; raises :class:`CorruptEntry` (only)
+    for an entry it will not turn into a request.
 
     >>> r = request_from_bytes(b'https://a.test/x\\n{"m":{"depth":2}}', priority=3)
     >>> r.url, r.meta["depth"], r.priority
@@ -172,14 +197,50 @@ def request_from_bytes(
     >>> h = Request("https://a.test/", headers={"Referer": "https://b.test/"})
     >>> request_from_bytes(request_to_bytes(h)).headers["Referer"]
     b'https://b.test/'
+    >>> request_from_bytes(b'https://a.test/\\n{"C":"this.s"}')
+    Traceback (most recent call last):
+    ...
+    extensions.serialization.CorruptEntry: request class 'this.s' is not allowed
     """
-    text = data.decode()
-    url, _, tail = text.partition("\n")
-    d: dict[str, Any] = {"url": url, "priority": priority}
-    if tail:
-        for k, v in json.loads(tail).items():
-            d[_LONG.get(k, k)] = _decode_value(v)
-    return request_from_dict(d, spider=spider)
+    try:
+        text = data.decode()
+        url, _, tail = text.partition("\n")
+        d: dict[str, Any] = {"url": url, "priority": priority}
+        if tail:
+            fields = json.loads(tail)
+            if not isinstance(fields, dict):
+                raise CorruptEntry("the JSON tail is not an object")
+            for k, v in fields.items():
+                d[str(_LONG.get(k, k))] = _decode_value(v)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise CorruptEntry(f"not a stored request: {exc}") from None
+    cls = d.get("_class")
+    if cls is not None and cls not in REQUEST_CLASSES:
+        raise CorruptEntry(f"request class {str(cls)[:100]!r} is not allowed")
+    for name in ("callback", "errback"):
+        if d.get(name):
+            _check_method(spider, d[name])
+    try:
+        return request_from_dict(d, spider=spider)
+    except (TypeError, ValueError, AttributeError) as exc:
+        # Fields of the wrong type or shape reach Request's constructor.
+        raise CorruptEntry(f"not a stored request: {exc}") from None
+
+
+def _check_method(spider: Spider | None, name: Any) -> None:
+    """A stored callback names a public method of the spider's own class (or
+    ``parse``), never an attribute of Scrapy's ``Spider`` such as ``close``
+    or anything private."""
+    ok = (
+        isinstance(name, str)
+        and spider is not None
+        and name.isidentifier()
+        and not name.startswith("_")
+        and (name == "parse" or not hasattr(Spider, name))
+        and callable(getattr(type(spider), name, None))
+    )
+    if not ok:
+        raise CorruptEntry(f"callback {str(name)[:100]!r} is not a spider method")
 
 
 def priority_from_score(score: float) -> int:

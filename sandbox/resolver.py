@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 SANDBOX_SUFFIX = ".sandbox.test"
 SANDBOX_ADDRESS = "127.0.0.1"
+# The setting value that installs this resolver. The production settings name
+# no sandbox code: the demo, the tests and the benchmarks pass it with ``-s``.
+SANDBOX_RESOLVER = "sandbox.resolver.SandboxResolver"
 
 
 def is_sandbox_name(name: str) -> bool:

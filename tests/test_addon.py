@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
 from typing import TYPE_CHECKING
 
+import pytest
 import redis
 from scrapy.crawler import Crawler
 from scrapy.settings import Settings
-from scrapy.utils.test import get_reactor_settings
+from scrapy.utils.test import get_crawler, get_reactor_settings
 
-from extensions.embedded_redis import stop_embedded
+from extensions.embedded_redis import StopIfNeverOpened, find_or_start, stop_embedded
 from webcrawl.addon import DUPEFILTER, ITEM_PIPELINES, SCHEDULER, Webcrawl
 from webcrawl.spiders.web import WebSpider
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    import pytest
 
 
 def settings(**values: object) -> Settings:
@@ -77,3 +77,24 @@ def test_project_settings_leave_no_remote_code_endpoint_on(redis_url: str) -> No
     assert "CoreStats" in enabled  # the extension list is the real one
     assert "RemoteControl" not in enabled
     assert "TelnetConsole" not in enabled
+
+
+def test_embedded_redis_is_stopped_only_when_the_crawl_never_opened(
+    webcrawl_home: Path,
+) -> None:
+    url, started = find_or_start(webcrawl_home)
+    assert started
+    try:
+        opened = StopIfNeverOpened(get_crawler(), webcrawl_home)
+        atexit.unregister(opened.stop_unless_opened)  # called here instead
+        opened.spider_opened()
+        opened.stop_unless_opened()
+        # A crawl that ran keeps its Redis: the frontier survives restarts.
+        assert redis.Redis.from_url(url).ping()
+        failed = StopIfNeverOpened(get_crawler(), webcrawl_home)
+        atexit.unregister(failed.stop_unless_opened)
+        failed.stop_unless_opened()
+        with pytest.raises(redis.ConnectionError):
+            redis.Redis.from_url(url).ping()
+    finally:
+        stop_embedded(webcrawl_home)

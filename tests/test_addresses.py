@@ -24,6 +24,7 @@ import redis
 from scrapy.exceptions import NotConfigured
 from twisted.internet.address import IPv4Address
 
+from demo.fleet import push_seeds, start_worker, wait_all
 from extensions.addresses import (
     AddressGuard,
     AddressPolicy,
@@ -33,7 +34,6 @@ from extensions.addresses import (
 from extensions.embedded_redis import find_redis_binary, free_port
 from tests.httpserver import LogServer, reply
 from tests.utils import get_crawler
-from webcrawl.fleet import push_seeds, start_worker, wait_all
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

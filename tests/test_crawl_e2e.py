@@ -16,12 +16,12 @@ import pytest
 import redis
 from scrapy.settings import Settings
 
+from demo.fleet import start_worker, stop
+from demo.localcrawl import CrawlReport, crawl_sandbox, sandbox_settings
 from extensions.embedded_redis import RedisProcess
 from extensions.keys import FrontierKeys
 from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec, crawl_delay_map
-from webcrawl.fleet import start_worker, stop
-from webcrawl.localcrawl import CrawlReport, crawl_sandbox
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -149,15 +149,7 @@ def test_sigkilled_workers_lose_nothing(redis_url: str, tmp_path: Path) -> None:
                 tmp_path / "logs" / f"restarted-{n}.log",
             )
 
-    worker_settings = {
-        "REDIS_URL": redis_url,
-        "WEBCRAWL_HOME": str(tmp_path),
-        "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
-        "SEED_POLL_INTERVAL": 0.5,
-        "WEB_ALLOWED_DOMAINS": "sandbox.test",
-        "ALLOW_PRIVATE_ADDRESSES": True,
-        "BLOOM_CAPACITY": 1_000_000,
-    }
+    worker_settings = sandbox_settings(redis_url, tmp_path)
     report = crawl_sandbox(
         spec, redis_url, tmp_path, workers=2, settings=settings, during=chaos,
         timeout=300,

@@ -22,11 +22,11 @@ import redis
 from scrapy.settings import Settings
 from warcio.archiveiterator import ArchiveIterator
 
+from demo.fleet import ROOT, worker_env
+from demo.localcrawl import CrawlReport, crawl_sandbox
 from pipelines.records import RECORD_FIELDS
 from pipelines.stores import store_from_settings
 from sandbox.site import Request, Site, SiteSpec
-from webcrawl.fleet import ROOT, worker_env
-from webcrawl.localcrawl import CrawlReport, crawl_sandbox
 
 if TYPE_CHECKING:
     from extensions.embedded_redis import RedisProcess

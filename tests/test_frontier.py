@@ -189,7 +189,7 @@ def test_write_ahead_of_a_dead_worker_is_queued_again(redis_url: str) -> None:
         await f.client.zadd(f.keys.workers, {"dead": 0, "alive": 10**13})
         await f.log_ahead("dead", "e1", [q("http://a.test/1"), q("http://a.test/2")])
         await f.log_ahead("alive", "e2", [q("http://a.test/3")])
-        assert await f.recover(dead_after_ms=60_000) == 2
+        assert await f.recover(dead_after_ms=60_000) == (2, 0)
         got = await f.lease(10, "w", 60_000, 0)
         assert urls(got.leases) == ["http://a.test/1", "http://a.test/2"]
         assert await f.client.exists(f.keys.wal("dead")) == 0

@@ -19,13 +19,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 
+from demo.localcrawl import crawl_sandbox
 from extensions import defaults
 from extensions.metrics import METRICS, PrometheusMetrics, WorkerCollector
 from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec
 from tests.utils import get_crawler
 from webcrawl.addon import Webcrawl
-from webcrawl.localcrawl import crawl_sandbox
 
 if TYPE_CHECKING:
     from sandbox.process import SandboxProcess

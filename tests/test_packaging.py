@@ -1,7 +1,15 @@
-"""scrapyd-deploy builds an egg holding the project and its extensions."""
+"""scrapyd-deploy builds an egg holding the application and its libraries.
+
+The egg must hold every module the crawl can import (issue 17: a package
+listed by hand, ``pipelines.stores``, was missing and every scrapyd job died
+at start) and nothing else: no sandbox, demo, tests or benchmarks.
+"""
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
@@ -11,33 +19,176 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# What scrapyd runs: the application and the two libraries it wires together.
+SHIPPED = ("webcrawl", "extensions", "pipelines")
 
 
-@pytest.mark.slow
-def test_scrapyd_egg_holds_all_packages(tmp_path: Path) -> None:
-    deploy = shutil.which("scrapyd-deploy", path=str(Path(sys.executable).parent))
-    if deploy is None:
-        pytest.skip("scrapyd-client is not installed")
+def source_modules() -> set[str]:
+    """Every module and data file of the shipped packages, as egg paths."""
+    return {
+        path.relative_to(ROOT).as_posix()
+        for top in SHIPPED
+        for path in (ROOT / top).rglob("*")
+        if path.suffix in (".py", ".typed") and "__pycache__" not in path.parts
+    }
+
+
+def clean_copy(dest: Path) -> Path:
+    """Copy what a fresh clone holds (plus files not yet committed, minus
+    ignored ones) to ``dest``: no build/, *.egg-info or editable install of
+    the checkout can add or hide anything."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, check=True, capture_output=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, files):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def dev_tool(name: str) -> str:
+    """A console script of the development environment (requirements-dev.txt)."""
+    found = shutil.which(name, path=str(Path(sys.executable).parent))
+    if found is None:
+        pytest.fail(f"{name} is not installed (pip install -r requirements-dev.txt)")
+    return found
+
+
+def build_egg(tmp_path: Path) -> Path:
+    copy = clean_copy(tmp_path / "src")
     egg = tmp_path / "webcrawl.egg"
     subprocess.run(
-        [deploy, "--build-egg", str(egg)],
-        cwd=ROOT,
+        [dev_tool("scrapyd-deploy"), "--build-egg", str(egg)],
+        cwd=copy,
         check=True,
         capture_output=True,
         timeout=120,
     )
-    with zipfile.ZipFile(egg) as z:
+    return egg
+
+
+@pytest.mark.slow
+def test_scrapyd_egg_holds_exactly_the_shipped_packages(tmp_path: Path) -> None:
+    with zipfile.ZipFile(build_egg(tmp_path)) as z:
         names = set(z.namelist())
         entry_points = z.read("EGG-INFO/entry_points.txt").decode()
-    for module in [
-        "webcrawl/settings.py",
-        "webcrawl/spiders/web.py",
-        "webcrawl/commands/crawl.py",  # COMMANDS_MODULE: scrapyd runs it
-        "extensions/scheduler.py",
-        "extensions/frontier.py",
-        "pipelines/storage.py",
-        "sandbox/resolver.py",
-    ]:
-        assert module in names, module
+    shipped = {n for n in names if not n.startswith("EGG-INFO/")}
+    expected = source_modules()
+    assert "pipelines/stores/sqlite.py" in expected  # the module issue 17 lost
+    assert "webcrawl/commands/crawl.py" in expected  # COMMANDS_MODULE: scrapyd runs it
+    assert not expected - shipped, f"missing from the egg: {sorted(expected - shipped)}"
+    assert not shipped - expected, f"not ours to ship: {sorted(shipped - expected)}"
+    assert {n.split("/")[0] for n in shipped} == set(SHIPPED)
     assert "settings = webcrawl.settings" in entry_points
-    assert not any(n.startswith("tests/") for n in names)
+
+
+# Code that exists for the demo, the tests and the benchmarks.
+NOT_PRODUCTION = ("sandbox", "demo", "tests", "bench")
+
+
+def imported_packages(path: Path) -> set[str]:
+    """Top-level names ``path`` imports, lazy imports inside functions included,
+    optional ones (``try: import x`` / ``except ImportError``) left out."""
+    tree = ast.parse(path.read_text(), str(path))
+    optional = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Try)
+        and any(
+            isinstance(h.type, ast.Name)
+            and h.type.id in ("ImportError", "ModuleNotFoundError")
+            for h in node.handlers
+        )
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
+    names = set()
+    for node in ast.walk(tree):
+        if id(node) in optional:
+            continue
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_production_never_imports_test_or_demo_code() -> None:
+    offenders = {
+        module: sorted(imported_packages(ROOT / module) & set(NOT_PRODUCTION))
+        for module in source_modules()
+        if module.endswith(".py")
+    }
+    assert not {m: names for m, names in offenders.items() if names}
+
+
+def test_production_settings_name_no_sandbox_code() -> None:
+    from scrapy.settings import Settings
+
+    settings = Settings()
+    settings.setmodule("webcrawl.settings")
+    named = {
+        name: value
+        for name, value in settings.copy_to_dict().items()
+        if isinstance(value, str) and value.split(".")[0] in NOT_PRODUCTION
+    }
+    assert not named
+    assert settings["TWISTED_DNS_RESOLVER"] == "scrapy.resolver.CachingThreadedResolver"
+
+
+FIRST_PARTY = {*SHIPPED, *NOT_PRODUCTION}
+
+
+def requirements(name: str) -> dict[str, str]:
+    """``{normalized distribution name: specifier}`` of one requirements file,
+    without the files it includes."""
+    listed = {}
+    for raw in (ROOT / name).read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            match = re.match(r"[A-Za-z0-9._-]+", line)
+            assert match, line
+            listed[normalize(match.group())] = line[match.end() :].strip()
+    return listed
+
+
+def normalize(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+def third_party_imports(tops: tuple[str, ...]) -> dict[str, set[str]]:
+    """``{distribution: modules importing it}`` for the code under ``tops``."""
+    owners = importlib.metadata.packages_distributions()
+    found: dict[str, set[str]] = {}
+    for top in tops:
+        for path in (ROOT / top).rglob("*.py"):
+            for name in imported_packages(path):
+                if name in FIRST_PARTY or name in sys.stdlib_module_names:
+                    continue
+                for dist in owners.get(name, [name]):
+                    found.setdefault(normalize(dist), set()).add(top)
+    return found
+
+
+def test_every_directly_imported_package_is_listed() -> None:
+    runtime = requirements("requirements.txt")
+    dev = requirements("requirements-dev.txt")
+    unlisted = set(third_party_imports(SHIPPED)) - set(runtime)
+    assert not unlisted, f"imported by the crawler, not in requirements.txt: {unlisted}"
+    elsewhere = set(third_party_imports(NOT_PRODUCTION)) - set(runtime) - set(dev)
+    assert not elsewhere, f"imported, not in requirements-dev.txt: {elsewhere}"
+
+
+def test_installs_are_reproducible() -> None:
+    # Runtime: a tested range, so a new major release cannot break a deploy.
+    unbounded = {
+        n: s for n, s in requirements("requirements.txt").items() if "<" not in s
+    }
+    assert not unbounded
+    # Tools: exact versions, so a new linter release cannot fail `make test`.
+    unpinned = {
+        n: s for n, s in requirements("requirements-dev.txt").items() if "==" not in s
+    }
+    assert not unpinned

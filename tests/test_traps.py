@@ -12,11 +12,11 @@ from scrapy import Request, Spider
 from scrapy.exceptions import NotConfigured
 from scrapy.http import HtmlResponse
 
+from demo.localcrawl import crawl_sandbox
 from extensions import defaults
 from extensions.traps import TrapFilter
 from sandbox.site import SiteSpec
 from tests.utils import get_crawler
-from webcrawl.localcrawl import crawl_sandbox
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

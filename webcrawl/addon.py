@@ -16,7 +16,9 @@ Settings read: ``METRICS_PORT``; ``REDIS_URL`` and ``WEBCRAWL_HOME`` (also
 from the environment, see :func:`extensions.config.setting_or_env`): when no
 Redis is configured,
 the add-on starts (or finds) the embedded one here, before the crawl starts,
-so no component ever starts a process on the reactor thread.
+so no component ever starts a process on the reactor thread. An embedded
+Redis this add-on started is stopped again if the crawl fails before the
+spider opens (:class:`~extensions.embedded_redis.StopIfNeverOpened`).
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ import extensions.defaults
 import pipelines.defaults
 from extensions import addresses, config, politeness, traps
 from extensions.connection import RedisUnavailable, check_redis
-from extensions.embedded_redis import ensure_embedded, webcrawl_home
+from extensions.embedded_redis import StopIfNeverOpened, find_or_start, webcrawl_home
 from webcrawl import defaults
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
@@ -105,6 +108,13 @@ class WebcrawlDefaults:
 class Webcrawl:
     """Scrapy add-on (``ADDONS = {"webcrawl.addon.Webcrawl": 0}``)."""
 
+    def __init__(self, crawler: Crawler | None = None) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Webcrawl:
+        return cls(crawler)
+
     def update_settings(self, settings: BaseSettings) -> None:
         install_defaults(settings)
         try:
@@ -130,8 +140,11 @@ class Webcrawl:
         try:
             url = config.setting_or_env(settings, "REDIS_URL")
             if not url:
-                url = ensure_embedded(webcrawl_home(settings))
+                home = webcrawl_home(settings)
+                url, started = find_or_start(home)
                 settings.set("REDIS_URL", url, "addon")
+                if started and self.crawler is not None:
+                    StopIfNeverOpened(self.crawler, home)
             # One ping with short timeouts: a wrong password, a closed port or
             # a server that never answers stops the worker in seconds.
             check_redis(url)

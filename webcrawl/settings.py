@@ -37,10 +37,6 @@ RETRY_TIMES = 2
 DEPTH_LIMIT = 0
 DEPTH_PRIORITY = 0
 
-# Local names of the sandbox web (*.sandbox.test) resolve to loopback; every
-# other name goes to the system resolver (.test never exists on the internet).
-TWISTED_DNS_RESOLVER = "sandbox.resolver.SandboxResolver"
-
 # No Referer header on requests: it would travel with every queued request and
 # cost ~80 bytes of Redis per URL (as much as the URL itself). Set it to True
 # to send Referer headers (and record PageItem.referrer) at that cost.

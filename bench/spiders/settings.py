@@ -11,11 +11,12 @@ Settings read: none.
 """
 
 from extensions.defaults import WEBCRAWL_USER_AGENT
+from sandbox.resolver import SANDBOX_RESOLVER
 
 BOT_NAME = "bench"
 SPIDER_MODULES: list[str] = []
 # *.sandbox.test resolves to 127.0.0.1, as for webcrawl.
-TWISTED_DNS_RESOLVER = "sandbox.resolver.SandboxResolver"
+TWISTED_DNS_RESOLVER = SANDBOX_RESOLVER
 # The same user agent as webcrawl, so robots.txt groups match the same way.
 USER_AGENT = WEBCRAWL_USER_AGENT
 ROBOTSTXT_OBEY = True

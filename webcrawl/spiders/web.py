@@ -2,7 +2,10 @@
 
 Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
 ``MAX_IDLE_TIME_BEFORE_CLOSE``, ``WEB_ALLOWED_DOMAINS``,
-``WEB_SCOPE_SEED_HOSTS`` (defaults in :mod:`webcrawl.defaults`).
+``WEB_SCOPE_SEED_HOSTS`` (defaults in :mod:`webcrawl.defaults`),
+``REDIS_RETRY_MAX`` (:mod:`extensions.defaults`) and Scrapy's
+``URLLENGTH_LIMIT`` (the longest seed URL accepted; 0 keeps the 2083 cap,
+since a seed is always bounded).
 
 Spider arguments (``-a``): ``allowed_domains`` (comma list), ``max_depth``
 (a whole number >= 1, sets ``DEPTH_LIMIT``; 0 is refused: leave it out for no
@@ -11,7 +14,10 @@ limit).
 Seeds: ``redis-cli lpush web:start_urls URL`` (or a JSON object, see
 :mod:`extensions.seeds`). ``start()`` takes what is in the list when the crawl
 opens; afterwards a poll every ``SEED_POLL_INTERVAL`` seconds (one Redis call,
-no busy loop) feeds new seeds to the engine while the crawl runs.
+no busy loop) feeds new seeds to the engine while the crawl runs. A failing
+poll backs off (doubling up to ``REDIS_RETRY_MAX``) and keeps trying: Redis
+being away is logged once at WARNING, any other failure at ERROR with its
+traceback each time.
 
 Every response yields one :class:`~pipelines.items.PageItem`, and so does every
 final failure (download error, HTTP error status, robots.txt exclusion), so a
@@ -39,9 +45,9 @@ from scrapy.utils.sitemap import Sitemap
 
 from extensions import config
 from extensions.config import SettingsError
-from extensions.connection import async_client
+from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.scheduler import LEASE_META
-from extensions.seeds import SeedList
+from extensions.seeds import URL_LENGTH_LIMIT, SeedList
 from pipelines.items import PageItem
 from webcrawl import defaults
 from webcrawl.addon import refuse
@@ -113,6 +119,8 @@ class WebSpider(Spider):
     scope_seed_hosts: bool
     poll_interval: float
     seed_batch: int
+    seed_url_limit: int
+    poll_retry_max: float
     max_idle: float
     worker: str | None
 
@@ -152,6 +160,11 @@ class WebSpider(Spider):
         spider.scope_seed_hosts = s.getbool("WEB_SCOPE_SEED_HOSTS")
         spider.poll_interval = s.getfloat("SEED_POLL_INTERVAL")
         spider.seed_batch = s.getint("SEED_BATCH_SIZE")
+        # A seed is always bounded: URLLENGTH_LIMIT=0 keeps Scrapy's default.
+        spider.seed_url_limit = (
+            s.getint("URLLENGTH_LIMIT", URL_LENGTH_LIMIT) or URL_LENGTH_LIMIT
+        )
+        spider.poll_retry_max = s.getfloat("REDIS_RETRY_MAX")
         spider.max_idle = s.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE")
         spider.worker = s.get("WEBCRAWL_WORKER_ID") or None
         crawler.signals.connect(spider._on_idle, signal=signals.spider_idle)
@@ -164,7 +177,9 @@ class WebSpider(Spider):
 
     def _seed_list(self) -> SeedList:
         if getattr(self, "_seeds", None) is None:
-            self._seeds = SeedList(async_client(self.crawler), self.name)
+            self._seeds = SeedList(
+                async_client(self.crawler), self.name, self.seed_url_limit
+            )
         return self._seeds
 
     async def _take_seeds(self) -> list[Request]:
@@ -197,23 +212,62 @@ class WebSpider(Spider):
         return requests
 
     async def start(self) -> AsyncIterator[Any]:
+        self._idle_since: float | None = None
+        self._poll_failing = False
         while True:
-            requests = await self._take_seeds()
+            requests = await self._guarded_take()
+            if requests is None:
+                break  # logged; the poller takes over and keeps trying
             for request in requests:
                 yield request
             if len(requests) < self.seed_batch:
                 break
-        self._idle_since: float | None = None
         self._poller = asyncio.ensure_future(self._poll_seeds())
+        self._poller.add_done_callback(_report_poller_death)
+
+    async def _guarded_take(self) -> list[Request] | None:
+        """:meth:`_take_seeds`, or None when it failed. Redis being away is
+        logged once (WARNING) until it answers again; anything else is a bug
+        or a broken seed list (e.g. the key holds a string, not a list) and
+        is logged at ERROR with its traceback on every failure. Either way
+        the poller keeps running with back-off, so the worker never stops
+        taking seeds silently, and still crawls its frontier meanwhile."""
+        stats = self.crawler.stats
+        assert stats is not None
+        try:
+            requests = await self._take_seeds()
+        except TRANSIENT_REDIS_ERRORS as exc:
+            stats.inc_value("seeds/poll_errors")
+            if not self._poll_failing:
+                logger.warning(
+                    "Seed poll: Redis unreachable (%s); retrying with back-off",
+                    type(exc).__name__,
+                )
+            self._poll_failing = True
+            return None
+        except Exception:
+            stats.inc_value("seeds/poll_errors")
+            logger.exception(
+                "Seed poll of %s failed; retrying with back-off",
+                self._seed_list().key,
+            )
+            self._poll_failing = True
+            return None
+        if self._poll_failing:
+            logger.warning("Seed poll works again")
+            self._poll_failing = False
+        return requests
 
     async def _poll_seeds(self) -> None:
+        retry_max = max(self.poll_retry_max, self.poll_interval)
+        delay = self.poll_interval
         while True:
-            await asyncio.sleep(self.poll_interval)
-            try:
-                requests = await self._take_seeds()
-            except Exception as exc:  # Redis down: the scheduler logs and waits
-                logger.debug("Seed poll failed: %s", exc)
+            await asyncio.sleep(delay)
+            requests = await self._guarded_take()
+            if requests is None:
+                delay = min(retry_max, delay * 2)
                 continue
+            delay = self.poll_interval
             engine = self.crawler.engine
             for request in requests:
                 assert engine is not None
@@ -322,6 +376,15 @@ class WebSpider(Spider):
             error=f"{type(value).__name__}: {value}"[:500],
             lease=request.meta.get(LEASE_META),
             worker=self.worker,
+        )
+
+
+def _report_poller_death(task: asyncio.Future[None]) -> None:
+    """The seed poller never ends but by cancellation: say so if it does."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.error(
+            "The seed poller stopped: no new seeds will be taken by this worker",
+            exc_info=task.exception(),
         )
 
 

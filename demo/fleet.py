@@ -2,7 +2,10 @@
 
 This is plain process management: each worker is a real ``scrapy crawl web``
 subprocess, exactly as an operator would start it, with settings passed as
-``-s NAME=value``. Seeds are pushed with the real ``redis-cli``.
+``-s NAME=value``. Seeds are pushed with the real ``redis-cli``. Every worker
+started here resolves the sandbox web's names (``-s TWISTED_DNS_RESOLVER=``
+:data:`sandbox.resolver.SANDBOX_RESOLVER`): the production settings leave
+Scrapy's resolver in place.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from extensions.embedded_redis import find_redis_binary
+from sandbox.resolver import SANDBOX_RESOLVER
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -53,7 +57,7 @@ def worker_command(
     settings: Mapping[str, object], spider_args: Mapping[str, object] | None = None
 ) -> list[str]:
     cmd = [sys.executable, "-m", "scrapy", "crawl", "web"]
-    for name, value in settings.items():
+    for name, value in {"TWISTED_DNS_RESOLVER": SANDBOX_RESOLVER, **settings}.items():
         cmd += ["-s", f"{name}={value}"]
     for name, value in (spider_args or {}).items():
         cmd += ["-a", f"{name}={value}"]

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from scrapy.settings import Settings
 
+from demo.localcrawl import crawl_sandbox
 from extensions.embedded_redis import ensure_embedded, stop_embedded
 from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec, crawl_delay_map
-from webcrawl.localcrawl import crawl_sandbox
 
 
 def main() -> int:

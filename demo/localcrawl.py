@@ -1,6 +1,6 @@
 """Crawl the sandbox web with a local fleet and report what happened.
 
-Shared by ``make demo`` (:mod:`webcrawl.demo`), the end-to-end tests and the
+Shared by ``make demo`` (:mod:`demo.__main__`), the end-to-end tests and the
 benchmarks: start the sandbox web, push its seeds with ``redis-cli``, run N
 ``scrapy crawl web`` workers until the crawl is done, then read the truth from
 the sandbox's own request record and from the page store.
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from demo.fleet import push_seeds, start_worker, wait_all
 from extensions.keys import crawl_patterns, invalid_start_urls, start_urls
 from sandbox.process import SandboxProcess, min_gap_ms_by_host
-from webcrawl.fleet import push_seeds, start_worker, wait_all
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -75,6 +75,20 @@ def reset_crawl(redis_url: str, prefix: str = "web") -> None:
         client.close()
 
 
+def sandbox_settings(redis_url: str, home: Path) -> dict[str, object]:
+    """The settings of a worker that crawls the sandbox web until it is done."""
+    return {
+        "REDIS_URL": redis_url,
+        "WEBCRAWL_HOME": str(home),
+        "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
+        "SEED_POLL_INTERVAL": 0.5,
+        "WEB_ALLOWED_DOMAINS": "sandbox.test",
+        # The sandbox web is on loopback: lift the SSRF guard.
+        "ALLOW_PRIVATE_ADDRESSES": True,
+        "LOG_LEVEL": "INFO",
+    }
+
+
 def crawl_sandbox(
     spec: SiteSpec,
     redis_url: str,
@@ -93,17 +107,7 @@ def crawl_sandbox(
     home.mkdir(parents=True, exist_ok=True)
     log_dir = home / "logs"
     reset_crawl(redis_url)
-    all_settings: dict[str, object] = {
-        "REDIS_URL": redis_url,
-        "WEBCRAWL_HOME": str(home),
-        "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
-        "SEED_POLL_INTERVAL": 0.5,
-        "WEB_ALLOWED_DOMAINS": "sandbox.test",
-        # The sandbox web is on loopback: lift the SSRF guard.
-        "ALLOW_PRIVATE_ADDRESSES": True,
-        "LOG_LEVEL": "INFO",
-        **(settings or {}),
-    }
+    all_settings = {**sandbox_settings(redis_url, home), **(settings or {})}
     with SandboxProcess(spec, directory=home, max_seconds=timeout + 60) as web:
         push_seeds(redis_url, [*web.seed_urls(), *(extra_seeds or [])])
         start = time.monotonic()
