@@ -44,6 +44,10 @@ key                             type    what it holds
 ``pages``                               of the indexed (original) pages
 ``web:simhash:{web:simhash}:``  HASH    content hash (SHA-256 of the text) ->
 ``sha``                                 page id (exact duplicates)
+``web:simhash:{web:simhash}:``  LIST    page ids in the order they were indexed:
+``order``                               the three above are a cache of the
+                                        newest ``NEARDUP_CACHE_PAGES`` pages
+                                        (the page store holds the rest)
 ==============================  ======  =========================================
 
 Host names are the frontier's dispatch key: ``scheme://host:port`` lowercased,
@@ -190,3 +194,10 @@ def content_hashes(prefix: str) -> str:
     'web:simhash:{web:simhash}:sha'
     """
     return f"{prefix}:simhash:{{{prefix}:simhash}}:sha"
+
+
+def simhash_order(prefix: str) -> str:
+    """>>> simhash_order("web")
+    'web:simhash:{web:simhash}:order'
+    """
+    return f"{prefix}:simhash:{{{prefix}:simhash}}:order"

@@ -1,14 +1,29 @@
-"""The fleet-wide duplicate index in Redis: exact (SHA-256 of the text) and
-near (64-bit SimHash within a Hamming distance) duplicates.
+"""The fleet's duplicate index: exact (SHA-256 of the text) and near (64-bit
+SimHash within a Hamming distance) duplicates.
+
+Where it lives: the page store holds the index of the whole crawl (its
+``content_hash`` index and the SimHash band index, see
+:meth:`pipelines.stores.base.PageStore.find_original`), so it costs Redis
+nothing per stored page. Redis holds a bounded cache of the newest
+``NEARDUP_CACHE_PAGES`` pages checked as originals: the pages between their
+check and their batch's write (the store cannot answer for them yet), and the
+only place where two workers checking copies of one page at the same moment
+meet, atomically, in one Lua script. A check asks the store first (in a
+thread, off the reactor), then Redis; a page evicted from the cache was
+checked ``NEARDUP_CACHE_PAGES`` pages ago and its batch is written by then
+(if the store stalled that long, a copy is stored as an original: content
+kept twice, nothing lost).
 
 Keys (helpers in :mod:`extensions.keys`, one hash tag so one Lua script may
 touch them all): ``<prefix>:simhash:{<prefix>:simhash}:sha`` (HASH content
 hash -> page id), ``...:pages`` (HASH page id -> "<simhash> <content hash>",
-the page's current fingerprints) and ``...:<band>:<block>`` (SET of page ids
-whose SimHash has that 16-bit block in that band). Two hashes within Hamming
+the page's current fingerprints), ``...:<band>:<block>`` (SET of page ids
+whose SimHash has that 16-bit block in that band) and ``...:order`` (LIST of
+page ids, oldest first: the eviction order). Two hashes within Hamming
 distance 3 share at least one of their four blocks, so the candidates of a
 page are the members of its four band sets. Entries left behind by a page
-whose text changed are dropped lazily when a lookup meets them.
+whose text changed, or by an evicted page, are dropped lazily when a lookup
+meets them (an evicted page's band entries are also removed right away).
 
 The settings (``NEARDUP_*``) are read by :mod:`pipelines.storage`.
 """
@@ -19,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from extensions import keys
+from pipelines import defaults
 from pipelines.processing import simhash_blocks
 
 if TYPE_CHECKING:
@@ -26,17 +42,21 @@ if TYPE_CHECKING:
 
 # KEYS[1]  HASH content hash -> page id (exact index)
 # KEYS[2]  HASH page id -> "<simhash hex> <content hash>" (indexed originals)
-# KEYS[3..6] SET of page ids per SimHash band (absent when no near check)
+# KEYS[3]  LIST of indexed page ids, oldest first (eviction order)
+# KEYS[4..7] SET of page ids per SimHash band (absent when no near check)
 # ARGV[1]  page id
 # ARGV[2]  content hash ('' : no exact check)
 # ARGV[3]  SimHash as 16 hex digits ('' : no near check)
 # ARGV[4]  largest Hamming distance that is a near duplicate
 # ARGV[5]  most members read from one band set
-# Returns {kind, other page id, distance}: kind 0 = not a duplicate (the page
-# is indexed as an original), 1 = exact duplicate, 2 = near duplicate.
+# ARGV[6]  most pages indexed (the cache's size)
+# Returns {kind, other page id, distance, evicted page id, its SimHash}:
+# kind 0 = not a duplicate (the page is indexed as an original, and the
+# oldest page evicted when the cache is over its size: '' when none),
+# 1 = exact duplicate, 2 = near duplicate.
 CHECK_AND_ADD = """
 local id, sha, sh = ARGV[1], ARGV[2], ARGV[3]
-local maxd, maxc = tonumber(ARGV[4]), tonumber(ARGV[5])
+local maxd, maxc, cap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local function fields(rec)
   return string.match(rec, '^(%S*) (%S*)$')
 end
@@ -68,8 +88,8 @@ if sha ~= '' then
 end
 if sh ~= '' then
   local best, bestd = nil, maxd + 1
-  for i = 0, #KEYS - 3 do
-    local key = KEYS[3 + i]
+  for i = 0, #KEYS - 4 do
+    local key = KEYS[4 + i]
     local members
     if redis.call('SCARD', key) <= maxc then
       members = redis.call('SMEMBERS', key)
@@ -99,8 +119,23 @@ if sh ~= '' then
 end
 redis.call('HSET', KEYS[2], id, sh .. ' ' .. sha)
 if sha ~= '' then redis.call('HSET', KEYS[1], sha, id) end
-for i = 3, #KEYS do redis.call('SADD', KEYS[i], id) end
-return {0, '', 0}
+for i = 4, #KEYS do redis.call('SADD', KEYS[i], id) end
+redis.call('RPUSH', KEYS[3], id)
+if redis.call('LLEN', KEYS[3]) > cap then
+  -- A page re-fetched is listed twice: its older entry evicts it early,
+  -- which costs a store lookup, never a wrong answer.
+  local old = redis.call('LPOP', KEYS[3])
+  local rec = redis.call('HGET', KEYS[2], old)
+  if rec then
+    local osh, osha = fields(rec)
+    redis.call('HDEL', KEYS[2], old)
+    if osha ~= '' and redis.call('HGET', KEYS[1], osha) == old then
+      redis.call('HDEL', KEYS[1], osha)
+    end
+    return {0, '', 0, old, osh}
+  end
+end
+return {0, '', 0, '', ''}
 """
 
 EXACT = "exact"
@@ -133,11 +168,13 @@ class DuplicateIndex:
         prefix: str,
         max_distance: int = 3,
         max_candidates: int = 64,
+        capacity: int = defaults.NEARDUP_CACHE_PAGES,
     ) -> None:
         self.client = client
         self.prefix = prefix
         self.max_distance = max_distance
         self.max_candidates = max_candidates
+        self.capacity = capacity
         self._script = client.register_script(CHECK_AND_ADD)
 
     def script_args(
@@ -148,26 +185,35 @@ class DuplicateIndex:
 
         >>> idx = DuplicateIndex.__new__(DuplicateIndex)
         >>> idx.prefix, idx.max_distance, idx.max_candidates = "web", 3, 64
+        >>> idx.capacity = 100
         >>> idx.script_args("p1", "ab", None)
-        (['web:simhash:{web:simhash}:sha', 'web:simhash:{web:simhash}:pages'],
-         ['p1', 'ab', '', 3, 64])
+        (['web:simhash:{web:simhash}:sha', 'web:simhash:{web:simhash}:pages',
+          'web:simhash:{web:simhash}:order'], ['p1', 'ab', '', 3, 64, 100])
         """
-        k = [keys.content_hashes(self.prefix), keys.simhash_pages(self.prefix)]
+        k = [
+            keys.content_hashes(self.prefix),
+            keys.simhash_pages(self.prefix),
+            keys.simhash_order(self.prefix),
+        ]
         sh = ""
         if simhash is not None:
             sh = simhash_hex(simhash)
-            k += [
-                keys.simhash_band(self.prefix, band, block)
-                for band, block in enumerate(simhash_blocks(simhash))
-            ]
+            k += self.band_keys(simhash)
         args: list[str | int] = [
             page_id,
             content_hash or "",
             sh,
             self.max_distance,
             self.max_candidates,
+            self.capacity,
         ]
         return k, args
+
+    def band_keys(self, simhash: int) -> list[str]:
+        return [
+            keys.simhash_band(self.prefix, band, block)
+            for band, block in enumerate(simhash_blocks(simhash))
+        ]
 
     async def check(
         self, page_id: str, content_hash: str | None, simhash: int | None
@@ -177,9 +223,28 @@ class DuplicateIndex:
         if not content_hash and simhash is None:
             return None
         k, args = self.script_args(page_id, content_hash, simhash)
-        kind, other, distance = await self._script(keys=k, args=args)
+        kind, other, distance, *evicted = await self._script(keys=k, args=args)
         if int(kind) == 0:
+            if evicted and evicted[0]:
+                await self._drop_bands(_text(evicted[0]), _text(evicted[1]))
             return None
-        if isinstance(other, bytes):
-            other = other.decode()
-        return Duplicate(EXACT if int(kind) == 1 else NEAR, str(other), int(distance))
+        return Duplicate(EXACT if int(kind) == 1 else NEAR, _text(other), int(distance))
+
+    async def _drop_bands(self, page_id: str, simhash: str) -> None:
+        """Remove an evicted page from its band sets (else lookups meeting
+        it would drop it, but sets of blocks never met again would keep it)."""
+        if len(simhash) != 16:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for key in self.band_keys(int(simhash, 16)):
+            pipe.srem(key, page_id)
+        await pipe.execute()
+
+    async def forget(self, page_id: str) -> None:
+        """Drop the page's cached fingerprints: it turned out a duplicate of
+        a stored page, so it must not be taken for an original."""
+        await self.client.hdel(keys.simhash_pages(self.prefix), page_id)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -298,3 +298,59 @@ def test_not_configured(settings: dict[str, Any], ok: bool, tmp_path: Path) -> N
     else:
         with pytest.raises(NotConfigured):
             build_from_crawler(StoragePipeline, crawler)
+
+
+def test_redis_keeps_a_bounded_cache_and_the_store_the_whole_index(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Redis holds the duplicate index of the newest NEARDUP_CACHE_PAGES
+    pages only (before: every page, about 340 B each, forever); a copy of an
+    evicted page is still found, in the page store, exact or near."""
+    import redis as sync_redis
+
+    from extensions import keys
+
+    cap, n = 5, 40
+    texts = {i: " ".join(f"page{i} {w}" for w in WORDS) for i in range(n)}
+
+    def pipeline() -> StoragePipeline:
+        crawler = get_crawler(
+            settings_dict={
+                "REDIS_URL": redis_url,
+                "SQLITE_PATH": str(tmp_path / "pages.sqlite3"),
+                "PIPELINE_BATCH_SIZE": 4,
+                "NEARDUP_CACHE_PAGES": cap,
+            }
+        )
+        return build_from_crawler(StoragePipeline, crawler)
+
+    async def feed(pipe: StoragePipeline, items: list[PageItem]) -> None:
+        await pipe.open_spider()
+        for it in items:
+            await pipe.process_item(it)
+        await pipe.close_spider()
+
+    run(feed(first := pipeline(), [item(i, texts[i]) for i in range(n)]))
+    assert first.crawler.stats is not None
+    assert first.crawler.stats.get_value("storage/duplicates/exact") is None
+    client = sync_redis.Redis.from_url(redis_url)
+    assert client.hlen(keys.simhash_pages("web")) == cap
+    assert client.hlen(keys.content_hashes("web")) == cap
+    assert client.llen(keys.simhash_order("web")) == cap
+    bands = [k for k in client.scan_iter("web:simhash:*") if client.type(k) == b"set"]
+    assert sum(client.scard(k) for k in bands) == 4 * cap
+    # Copies of the first pages, evicted from Redis long ago.
+    copy = item("copy", texts[0])
+    words = texts[1].split()
+    near = item("near", " ".join([*words[:200], "changed", *words[201:]]))
+    second = pipeline()
+    run(feed(second, [copy, near]))
+    store = SQLiteStore(tmp_path / "pages.sqlite3")
+    got = store.get_page("http://a.test/copy")
+    assert got is not None and got.metadata["duplicate_of"] == "fp0"
+    got = store.get_page("http://a.test/near")
+    assert got is not None and got.metadata["duplicate_kind"] == "near"
+    assert got.metadata["duplicate_of"] == "fp1"
+    # Found in the store, they were not cached as originals.
+    assert client.hget(keys.simhash_pages("web"), "fpcopy") is None
+    client.close()

@@ -267,3 +267,50 @@ def test_open_without_create_refuses_a_missing_store(tmp_path: Path) -> None:
     reader.open(create=False)
     assert reader.get_page("http://a.test/") is not None
     reader.close()
+
+
+def words_page(url: str, words: list[str]) -> Any:
+    return page(url, f"<html><body><p>{' '.join(words)}</p></body></html>".encode())
+
+
+def test_find_original_exact_near_and_after_a_change(store_factory: Any) -> None:
+    """The store is the crawl's duplicate index: exact by content hash,
+    near by the SimHash band index; never the page itself, never a
+    duplicate, a failure or a page whose text changed since."""
+    from pipelines.dedup import Duplicate
+
+    store, reopen = store_factory
+    words = [f"w{i}" for i in range(600)]
+    orig = words_page("http://a.test/orig", words)
+    copy = words_page("http://a.test/copy", words)
+    near = words_page("http://a.test/near", [*words[:100], "changed", *words[101:]])
+    far = words_page("http://a.test/far", [f"v{i}" for i in range(600)])
+    assert orig.content_hash == copy.content_hash and orig.simhash is not None
+
+    def find(p: Any) -> Any:
+        return store.find_original(p.page_id, p.content_hash, p.simhash, 3, 64)
+
+    assert find(orig) is None  # an empty store
+    write(store, [orig])
+    assert find(orig) is None  # a re-fetch is not its own duplicate
+    found = find(copy)
+    assert found is not None and (found.kind, found.page_id) == ("exact", orig.page_id)
+    found = find(near)
+    assert found is not None and (found.kind, found.page_id) == ("near", orig.page_id)
+    assert 0 < found.distance <= 3
+    assert find(far) is None
+    # A duplicate stored as such is nobody's original.
+    copy.mark_duplicate(Duplicate("exact", orig.page_id))
+    write(store, [copy])
+    store.close()
+    store = reopen()
+    store.open()
+    try:
+        found = find(words_page("http://a.test/third", words))
+        assert found is not None and found.page_id == orig.page_id
+        # The original changes: its old text now matches nothing.
+        write(store, [words_page("http://a.test/orig", [f"z{i}" for i in range(600)])])
+        assert find(words_page("http://a.test/fourth", words)) is None
+        assert find(near) is None
+    finally:
+        store.close()
