@@ -40,7 +40,7 @@ MONGO_DATABASE = "webcrawl"
 MONGO_TIMEOUT_MS: Annotated[int, Range(1)] = 5000
 # Path of the SQLite page store (empty: WEBCRAWL_HOME/pages.sqlite3).
 SQLITE_PATH = ""
-# Newest pages whose duplicate index Redis caches (about 1.5 KB each), older
+# Newest pages whose duplicate index Redis caches (about 0.9 KB each), older
 # ones are found in the page store: keep it above the pages a fleet checks in
 # PIPELINE_FLUSH_INTERVAL (their batches are not written yet).
 NEARDUP_CACHE_PAGES: Annotated[int, Range(1)] = 2048
