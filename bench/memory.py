@@ -215,11 +215,22 @@ def duplicate_index(url: str, n: int) -> dict[str, float]:
 
 
 def _family(key: bytes) -> str:
-    """>>> _family(b"web:bloom:{web:0}:1"), _family(b"web:simhash:x")
-    ('bloom', 'simhash')
+    """>>> _family(b"web:bloom:{web:0}:1"), _family(b"web:{web}:q:http://a:80")
+    ('bloom', 'frontier:q')
     """
     parts = key.decode().split(":")
+    if len(parts) > 2 and parts[1].startswith("{"):
+        return f"frontier:{parts[2]}"
     return parts[1] if len(parts) > 1 else parts[0]
+
+
+def families(client: redis.Redis) -> dict[str, int]:
+    """``MEMORY USAGE`` summed per key family (:func:`_family`)."""
+    out: dict[str, int] = {}
+    for key in client.scan_iter(count=1000):
+        size = int(client.memory_usage(key, samples=0) or 0)
+        out[_family(key)] = out.get(_family(key), 0) + size
+    return dict(sorted(out.items()))
 
 
 def crawl(pages: int, workers: int = 2, timeout: float = 900.0) -> dict[str, Any]:
@@ -227,7 +238,8 @@ def crawl(pages: int, workers: int = 2, timeout: float = 900.0) -> dict[str, Any
     the default settings and the storage pipeline (SQLite), on a fresh
     redis-server: its Redis memory at the end (``INFO memory`` used_memory
     over the empty server's, and ``MEMORY USAGE`` per key family) and the
-    highest used_memory seen while it ran (sampled every 0.5 s)."""
+    highest used_memory seen while it ran (sampled every 0.5 s), with its
+    keys' ``MEMORY USAGE`` per family at that moment."""
     from demo.localcrawl import crawl_sandbox
     from sandbox.site import SiteSpec
 
@@ -242,12 +254,14 @@ def crawl(pages: int, workers: int = 2, timeout: float = 900.0) -> dict[str, Any
         try:
             client = redis.Redis.from_url(server.url)
             empty = int(client.info("memory")["used_memory"])
-            peak = [empty]
+            peak: dict[str, Any] = {"used": empty, "families": {}}
 
             def sample(procs: list[Any], web: Any) -> None:
                 deadline = time.monotonic() + timeout
                 while time.monotonic() < deadline:
-                    peak[0] = max(peak[0], int(client.info("memory")["used_memory"]))
+                    used = int(client.info("memory")["used_memory"])
+                    if used > peak["used"]:
+                        peak.update(used=used, families=families(client))
                     if all(p.poll() is not None for p in procs):
                         return
                     time.sleep(0.5)
@@ -262,10 +276,7 @@ def crawl(pages: int, workers: int = 2, timeout: float = 900.0) -> dict[str, Any
                 during=sample,
             )
             used = int(client.info("memory")["used_memory"]) - empty
-            families: dict[str, int] = {}
-            for key in client.scan_iter(count=1000):
-                size = int(client.memory_usage(key, samples=0) or 0)
-                families[_family(key)] = families.get(_family(key), 0) + size
+            at_end = families(client)
             client.close()
         finally:
             server.stop()
@@ -273,9 +284,10 @@ def crawl(pages: int, workers: int = 2, timeout: float = 900.0) -> dict[str, Any
     return {
         "pages": fetched,
         "used_memory": used,
-        "peak_used_memory": peak[0] - empty,
-        "keys": sum(families.values()),
-        "families": dict(sorted(families.items())),
+        "peak_used_memory": peak["used"] - empty,
+        "peak_families": peak["families"],
+        "keys": sum(at_end.values()),
+        "families": at_end,
         "per_page": used / max(fetched, 1),
         "codes": report.exit_codes,
         "seconds": report.seconds,
@@ -353,7 +365,8 @@ def report(n: int, out: dict[str, dict[str, Any]]) -> str:
             "  Redis used_memory at the end, over an empty server "
             f"{c['used_memory']:,} B ({c['per_page']:.0f} B per page)",
             f"  highest used_memory while crawling                 "
-            f"{c['peak_used_memory']:,} B",
+            f"{c['peak_used_memory']:,} B; its keys: "
+            + ", ".join(f"{k} {v:,}" for k, v in c["peak_families"].items()),
             f"  MEMORY USAGE of every key {c['keys']:,} B: "
             + ", ".join(f"{k} {v:,}" for k, v in c["families"].items()),
         ]
