@@ -135,6 +135,12 @@ BLOOM_STATS_INTERVAL: Annotated[float, Range(0)] = 60.0
 # Error-rate ratio of each new layer to the previous one (bound: rate / (1 - this)).
 BLOOM_TIGHTENING: Annotated[float, Range(above=0, below=1)] = 0.9
 
+# --- Fleet statistics (extensions.fleetstats) ---------------------------------
+# Seconds between folds of this worker's stats into Redis (one script call; 0: off).
+STATS_FOLD_INTERVAL: Annotated[float, Range(0)] = 5.0
+# Log the fleet's rates, frontier depth and leases every LOGSTATS_INTERVAL seconds.
+STATS_LOG_FLEET = True
+
 # --- Metrics (extensions.metrics) --------------------------------------------
 # First port of this worker's Prometheus /metrics (0: off); busy: the next ones upward.
 METRICS_PORT: Annotated[int, Range(0, 65535)] = 0

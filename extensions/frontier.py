@@ -34,7 +34,7 @@ prefix, so on a Redis Cluster they stay in the ``{prefix}`` slot.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from extensions.keys import FrontierKeys
@@ -215,13 +215,14 @@ return {n, poisoned}
 
 # lease: reclaim expired leases, then lease up to `count` ready requests.
 # KEYS[1] ready ZSET, KEYS[2] leases ZSET, KEYS[3] lease data HASH,
-# KEYS[4] seq counter, KEYS[5] poison LIST
+# KEYS[4] seq counter, KEYS[5] poison LIST, KEYS[6] pause flag STRING (exists:
+# the fleet is paused, nothing is leased; expired leases are still reclaimed)
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix, ARGV[3] count,
 # ARGV[4] lease time ms, ARGV[5] worker id, ARGV[6] default delay ms,
 # ARGV[7] most expired leases to reclaim in this call, ARGV[8] back-off quiet
 # period ms (a back-off raised longer ago than that is forgiven)
 # Returns {reclaimed, ms until the next host is ready (-1: none queued),
-#          hosts ready, leases outstanding, entries poisoned,
+#          hosts ready, leases outstanding, entries poisoned, paused (0/1),
 #          id1, request1, id2, request2, ...}
 LEASE_LUA = (
     _LUA_SCHEDULE_HOST
@@ -243,7 +244,9 @@ for _, id in ipairs(expired) do
 end
 
 local out = {}
+local paused = redis.call('EXISTS', KEYS[6])
 local guard = count * 4 + 8
+if paused == 1 then guard = 0 end
 while #out < count * 2 and guard > 0 do
   guard = guard - 1
   local top = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
@@ -283,7 +286,7 @@ local wait = -1
 local top = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
 if #top > 0 then wait = math.max(0, tonumber(top[2]) - now) end
 local res = {reclaimed, wait, redis.call('ZCARD', ready), redis.call('ZCARD', leases),
-             poisoned}
+             poisoned, paused}
 for _, v in ipairs(out) do res[#res + 1] = v end
 return res
 """
@@ -321,6 +324,27 @@ class LeaseBatch:
     hosts_ready: int  # hosts with queued requests
     leases_outstanding: int  # across the whole fleet
     poisoned: int = 0  # malformed entries moved to the poison list
+    paused: bool = False  # the fleet is paused (scrapy pause): nothing leased
+
+
+@dataclass
+class FrontierOverview:
+    """What :meth:`Frontier.overview` reads: hosts with queued requests are
+    *ready* (may be fetched now), *waiting* (politeness delay or back-off) or
+    *parked* (open circuit breaker, Retry-After)."""
+
+    now_ms: int  # Redis time of the reading
+    queued: int = 0  # requests queued over all hosts
+    hosts_ready: int = 0
+    hosts_waiting: int = 0
+    hosts_parked: int = 0
+    leased: int = 0  # leases outstanding, fleet-wide
+    paused: bool = False
+    poisoned: int = 0  # entries in the poison list (malformed, set aside)
+    # The lease closest to its deadline (the oldest unrenewed one): its id
+    # (``<worker>:<n>``) and seconds until it may be reclaimed.
+    next_lease_expiry: tuple[str, float] | None = None
+    top_hosts: list[tuple[str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -328,6 +352,15 @@ class QueuedRequest:
     host: str
     priority: int
     member: bytes
+
+
+def _count(reply: Any) -> int:
+    """A pipelined reply as a number: 0 for none or an error (wrong type).
+
+    >>> _count(b"12"), _count(None), _count(ValueError("WRONGTYPE"))
+    (12, 0, 0)
+    """
+    return 0 if reply is None or isinstance(reply, Exception) else int(reply)
 
 
 def clamp_priority(priority: int) -> int:
@@ -430,7 +463,7 @@ class Frontier:
     ) -> LeaseBatch:
         k = self.keys
         res: list[Any] = await self._lease(
-            keys=[k.ready, k.leases, k.lease_data, k.seq, k.poison],
+            keys=[k.ready, k.leases, k.lease_data, k.seq, k.poison, k.paused],
             args=[
                 k.queue_prefix,
                 k.host_prefix,
@@ -442,10 +475,16 @@ class Frontier:
                 backoff_quiet_ms,
             ],
         )
-        items: list[bytes] = list(res[5:])
+        items: list[bytes] = list(res[6:])
         leases = [(items[i].decode(), items[i + 1]) for i in range(0, len(items), 2)]
         return LeaseBatch(
-            leases, int(res[0]), int(res[1]), int(res[2]), int(res[3]), int(res[4])
+            leases,
+            int(res[0]),
+            int(res[1]),
+            int(res[2]),
+            int(res[3]),
+            int(res[4]),
+            bool(res[5]),
         )
 
     async def release(self, lease_ids: Sequence[str]) -> int:
@@ -491,3 +530,70 @@ class Frontier:
                     pipe.zcard(self.keys.queue(h.decode()))
                 total += sum(await pipe.execute())
         return total
+
+    # -- operating the fleet ----------------------------------------------------
+
+    async def pause(self) -> bool:
+        """Pause the whole fleet: the lease script hands out nothing while the
+        flag exists; workers finish what they hold. Returns False if it was
+        already paused."""
+        return bool(await self.client.set(self.keys.paused, "1", nx=True))
+
+    async def resume(self) -> bool:
+        """Resume the fleet; returns False if it was not paused."""
+        return bool(await self.client.delete(self.keys.paused))
+
+    async def workers(self) -> dict[str, int]:
+        """Worker id -> its last heartbeat (Redis time, ms), as the scheduler
+        beats it; a worker is dead once silent for a lease timeout."""
+        pairs = cast(
+            "list[tuple[bytes, float]]",
+            await self.client.zrange(self.keys.workers, 0, -1, withscores=True),
+        )
+        return {w.decode(): int(score) for w, score in pairs}
+
+    async def overview(self, top: int = 10) -> FrontierOverview:
+        """The frontier's figures for an operator (``scrapy status``).
+
+        Reads every queued host's queue length and park time, pipelined 500
+        hosts a call: O(hosts), for monitoring only, never the hot path.
+        """
+        k = self.keys
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.time()
+            pipe.zrange(k.ready, 0, -1, withscores=True)
+            pipe.zcard(k.leases)
+            pipe.zrange(k.leases, 0, 0, withscores=True)
+            pipe.exists(k.paused)
+            pipe.llen(k.poison)
+            (sec, usec), hosts, leased, first, paused, poison = await pipe.execute()
+        now = int(sec) * 1000 + int(usec) // 1000
+        view = FrontierOverview(
+            now_ms=now, leased=int(leased), paused=bool(paused), poisoned=int(poison)
+        )
+        sizes: list[tuple[int, str]] = []
+        for i in range(0, len(hosts), 500):
+            chunk = hosts[i : i + 500]
+            async with self.client.pipeline(transaction=False) as pipe:
+                for h, _ in chunk:
+                    pipe.zcard(k.queue(h.decode()))
+                    pipe.hget(k.host(h.decode()), "park")
+                # A key of the wrong type (poison, set aside by the lease
+                # script when it meets it) reads as 0 here, not as a failure.
+                replies = await pipe.execute(raise_on_error=False)
+            for j, (h, score) in enumerate(chunk):
+                n, park = (_count(r) for r in replies[2 * j : 2 * j + 2])
+                view.queued += n
+                sizes.append((n, h.decode()))
+                if park > now:
+                    view.hosts_parked += 1
+                elif score > now:
+                    view.hosts_waiting += 1
+                else:
+                    view.hosts_ready += 1
+        sizes.sort(key=lambda t: (-t[0], t[1]))
+        view.top_hosts = [(h, n) for n, h in sizes[:top]]
+        if first:
+            lease, deadline = first[0]
+            view.next_lease_expiry = (lease.decode(), (int(deadline) - now) / 1000)
+        return view

@@ -22,6 +22,8 @@ key                             type    what it holds
 ``web:{web}:workers``           ZSET    worker id -> last heartbeat (ms)
 ``web:{web}:wal:<worker>``      HASH    batches written ahead of the
                                         dupefilter, until queued
+``web:{web}:paused``            STRING  exists while the fleet is paused
+                                        (``scrapy pause``): nothing is leased
 ``web:{web}:poison``            LIST    malformed entries moved aside (JSON:
                                         key, field, entry, length, reason);
                                         the newest 10,000
@@ -29,6 +31,11 @@ key                             type    what it holds
                                         renamed aside
 ``web:{web}:lock:<id>``         STRING  per-host download lock (token, PX);
                                         id: host, registered domain or IP
+``web:stats:{web:stats}:fleet``  HASH    fleet totals: counter -> value
+``web:stats:{web:stats}:w:<id>`` HASH   one worker's totals and beat (machine,
+                                        pid, pages/s...); expires when silent
+``web:stats:{web:stats}:m:<n>`` HASH    counters of minute n (Redis time);
+                                        expires after 18 minutes
 ``web:robots:<host>``           HASH    cached robots.txt: status, body, time
 ``web:robots:fetch:<host>``     STRING  short lock: one robots fetch per fleet
 ``web:bloom:{web:<n>}:<layer>`` STRING  Bloom filter bitmap shard n of a layer
@@ -83,6 +90,7 @@ class FrontierKeys:
         self.seq = tagged + "seq"
         self.workers = tagged + "workers"
         self.wal_prefix = tagged + "wal:"
+        self.paused = tagged + "paused"
         self.poison = tagged + "poison"
 
     def queue(self, host: str) -> str:
@@ -98,6 +106,31 @@ class FrontierKeys:
     def pattern(self) -> str:
         """A SCAN pattern matching every frontier key of the crawl."""
         return self.tagged + "*"
+
+
+class StatsKeys:
+    """Names of one crawl's fleet statistics keys (:mod:`extensions.fleetstats`).
+
+    All share the ``{<prefix>:stats}`` hash tag: one script updates them.
+
+    >>> k = StatsKeys("web")
+    >>> k.fleet
+    'web:stats:{web:stats}:fleet'
+    >>> k.worker("w1"), k.minute(29000000)
+    ('web:stats:{web:stats}:w:w1', 'web:stats:{web:stats}:m:29000000')
+    """
+
+    def __init__(self, prefix: str) -> None:
+        tagged = f"{prefix}:stats:{{{prefix}:stats}}:"
+        self.fleet = tagged + "fleet"
+        self.worker_prefix = tagged + "w:"
+        self.minute_prefix = tagged + "m:"
+
+    def worker(self, worker: str) -> str:
+        return self.worker_prefix + worker
+
+    def minute(self, minute: int) -> str:
+        return f"{self.minute_prefix}{minute}"
 
 
 def start_urls(prefix: str) -> str:
@@ -150,6 +183,7 @@ def crawl_patterns(prefix: str) -> list[str]:
         f"{prefix}:robots:*",
         f"{prefix}:bloom:*",
         f"{prefix}:simhash:*",
+        f"{prefix}:stats:*",
         f"{prefix}:traps:*",
     ]
 

@@ -167,6 +167,7 @@ class RedisScheduler(BaseScheduler):
         self._held: dict[str, float] = {}  # lease -> time leased (monotonic)
         self._remote_ready = 0
         self._remote_leases = 0
+        self.paused = False  # the fleet is paused (scrapy pause): lease nothing
         self._next_poll = 0.0
         self._next_heartbeat = 0.0
         self._wakeup = asyncio.Event()
@@ -249,8 +250,10 @@ class RedisScheduler(BaseScheduler):
         await self.frontier.client.aclose()
 
     def has_pending_requests(self) -> bool:
+        # A paused fleet is not finished: never close for idleness meanwhile.
         return bool(
-            self._buffer
+            self.paused
+            or self._buffer
             or self._outbox
             or self._acks
             or self._pending
@@ -291,6 +294,12 @@ class RedisScheduler(BaseScheduler):
 
     def __len__(self) -> int:
         return len(self._buffer) + len(self._outbox) + len(self._memory)
+
+    @property
+    def frontier_counts(self) -> tuple[int, int]:
+        """(hosts with queued requests, leases outstanding fleet-wide), as the
+        last lease or heartbeat call saw them (no Redis call)."""
+        return self._remote_ready, self._remote_leases
 
     # -- outcomes ----------------------------------------------------------------
 
@@ -540,6 +549,25 @@ class RedisScheduler(BaseScheduler):
         )
         self._remote_ready = batch.hosts_ready
         self._remote_leases = batch.leases_outstanding
+        if batch.paused != self.paused:
+            if batch.paused:
+                # Finish the downloads under way; hand back what has not
+                # started, so it waits in its host's queue, not in this worker.
+                # (A Redis error here leaves all as it was: the next round
+                # tries again.)
+                unstarted = [lease for lease, _ in self._buffer]
+                if unstarted:
+                    await self.frontier.release(unstarted)
+                self._buffer.clear()
+                logger.info(
+                    "Fleet paused: leasing nothing, finishing %s requests under "
+                    "way, %s unstarted handed back",
+                    len(self._held),
+                    len(unstarted),
+                )
+            else:
+                logger.info("Fleet resumed: leasing again")
+            self.paused = batch.paused
         if batch.reclaimed:
             self.stats.inc_value("scheduler/reclaimed", batch.reclaimed)
             logger.info("Reclaimed %s expired leases", batch.reclaimed)
@@ -562,7 +590,7 @@ class RedisScheduler(BaseScheduler):
         if batch.leases:
             self._next_poll = now  # there may be more ready right away
             self._wake_engine()
-        elif batch.wait_ms >= 0:
+        elif batch.wait_ms >= 0 and not batch.paused:
             self._next_poll = now + min(batch.wait_ms / 1000, IDLE_POLL)
         else:
             self._next_poll = now + IDLE_POLL

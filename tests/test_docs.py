@@ -33,5 +33,7 @@ def test_readme_names_every_key_family() -> None:
         keys.bloom_meta("web"),
         keys.simhash_pages("web"),
         keys.content_hashes("web"),
+        keys.FrontierKeys("web").paused,
+        keys.StatsKeys("web").fleet,
     ]:
         assert f"`{example}`" in text, example

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
+from demo.fleet import push_seeds, start_worker, stop, wait_all
+from demo.localcrawl import crawl_sandbox, reset_crawl
 from extensions.frontier import POISON_KEEP
 from extensions.keys import FrontierKeys
 from sandbox.process import SandboxProcess
 from sandbox.site import SiteSpec
 from tests.test_crawl_e2e import assert_complete
-from webcrawl.fleet import push_seeds, start_worker, stop, wait_all
-from webcrawl.localcrawl import crawl_sandbox, reset_crawl
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -4,11 +4,12 @@ It installs the defaults of every package (:mod:`extensions.defaults`,
 :mod:`pipelines.defaults`, :mod:`webcrawl.defaults`) at ``default`` priority,
 checks every value against its declared type and range, sets the Redis
 scheduler, the Bloom dupefilter, the robots, back-off, per-host lock and SSRF
-guard downloader middlewares, the trap filter spider middleware and the
-batching storage pipeline, and turns off what they replace (Scrapy's
-per-process robots middleware and its ``UrlLengthMiddleware``). Values a user sets at a
-higher priority (``-s``, scrapyd ``setting=``, a spider's ``custom_settings``)
-still win, and are checked like the defaults.
+guard downloader middlewares, the trap filter spider middleware, the
+batching storage pipeline and the fleet statistics extension, and turns off
+what they replace (Scrapy's per-process robots middleware and its
+``UrlLengthMiddleware``). Values a user sets at a higher priority (``-s``,
+scrapyd ``setting=``, a spider's ``custom_settings``) still win, and are
+checked like the defaults.
 
 It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0.
 
@@ -42,6 +43,7 @@ logger = logging.getLogger(__name__)
 SCHEDULER = "extensions.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
 ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
+EXTENSIONS = {"extensions.fleetstats.FleetStats": 500}
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 METRICS_EXTENSION = {"extensions.metrics.PrometheusMetrics": 500}
 # Every package's defaults module, installed and checked in this order.
@@ -135,6 +137,7 @@ class Webcrawl:
             # Switched off explicitly: Scrapy's own obeys ROBOTSTXT_OBEY again.
             settings["DOWNLOADER_MIDDLEWARES"].pop(SCRAPY_ROBOTS, None)
         settings["ITEM_PIPELINES"].update(ITEM_PIPELINES)
+        settings["EXTENSIONS"].update(EXTENSIONS)
         if settings.getint("METRICS_PORT") > 0:
             settings["EXTENSIONS"].update(METRICS_EXTENSION)
         try:

@@ -1,0 +1,381 @@
+"""What the operator commands do (``scrapy status``, ``seed``, ``pause``,
+``resume``, ``reset``, ``redis_url``), and their base class.
+
+Settings read: ``REDIS_URL``/``WEBCRAWL_HOME`` (the Redis of the crawl),
+``FRONTIER_LEASE_TIMEOUT`` (a worker silent that long is dead), the Bloom
+settings (``BLOOM_*``) and the page store settings (``PAGE_STORE``,
+``MONGO_URI``, ``SQLITE_PATH``).
+
+The frontier's figures come from :class:`extensions.frontier.Frontier`, the
+fleet's from :mod:`extensions.fleetstats`, the store's through the
+:class:`~pipelines.stores.base.PageStore` interface: this module spells no
+key name of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import redis.asyncio as aredis
+from scrapy.commands import ScrapyCommand
+
+from extensions import config
+from extensions.bloom import AsyncBloomFilter, BloomConfig
+from extensions.connection import TRANSIENT_REDIS_ERRORS, resolve_redis_url
+from extensions.embedded_redis import ensure_embedded, webcrawl_home
+from extensions.fleetstats import DLQ_PREFIX, fleet_view
+from extensions.frontier import Frontier
+from extensions.keys import (
+    FrontierKeys,
+    bloom_meta,
+    crawl_patterns,
+    invalid_start_urls,
+    start_urls,
+)
+from extensions.redact import redact_url
+from extensions.seeds import URL_LENGTH_LIMIT, InvalidSeed, parse_seed
+from pipelines.stores import store_from_settings
+from webcrawl.addon import DEFAULTS, install_defaults
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Coroutine, Iterable
+
+    from scrapy.settings import BaseSettings, Settings
+
+_T = TypeVar("_T")
+
+DEFAULT_CRAWL = "web"  # the key prefix of a crawl: its spider's name
+
+
+class OperatorCommand(ScrapyCommand):
+    """Base of webcrawl's commands: run from the project, no crawler process,
+    ``--crawl NAME`` (the key prefix), and the workers' settings: every
+    package's defaults installed and checked as the add-on does, Redis found
+    the way a worker finds it (``REDIS_URL``, its ``_FILE``, else the
+    embedded Redis, started if need be)."""
+
+    requires_project = True
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "WARNING"}
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument(
+            "--crawl", default=DEFAULT_CRAWL, help="crawl (spider) name"
+        )
+
+    def crawl_settings(self) -> Settings:
+        assert self.settings is not None
+        settings = self.settings.copy()
+        install_defaults(settings)
+        config.check(settings, *DEFAULTS)
+        if not config.setting_or_env(settings, "REDIS_URL"):
+            url = ensure_embedded(webcrawl_home(settings))
+            settings.set("REDIS_URL", url, "cmdline")
+        return settings
+
+    def call(self, func: Callable[..., Coroutine[Any, Any, _T]], *args: Any) -> _T:
+        """``func(settings, *args)`` to completion; Redis unreachable: one line
+        on stderr (password redacted) and exit status 1, no traceback."""
+        settings = self.crawl_settings()
+        try:
+            return asyncio.run(func(settings, *args))
+        except TRANSIENT_REDIS_ERRORS as exc:
+            url = redact_url(resolve_redis_url(settings))
+            print(f"Redis unreachable at {url}: {exc}", file=sys.stderr)
+            raise SystemExit(1) from None
+
+
+def client_for(settings: BaseSettings) -> aredis.Redis:
+    return aredis.Redis.from_url(resolve_redis_url(settings), socket_timeout=30)
+
+
+# -- status --------------------------------------------------------------------
+
+
+async def gather_status(
+    settings: BaseSettings, crawl: str = DEFAULT_CRAWL
+) -> dict[str, Any]:
+    """Every figure of ``scrapy status``, as one JSON-ready dict."""
+    client = client_for(settings)
+    try:
+        frontier = Frontier(client, crawl)
+        alive_ms = int(settings.getfloat("FRONTIER_LEASE_TIMEOUT") * 1000)
+        fv = await frontier.overview()
+        fleet = await fleet_view(client, crawl, alive_ms, frontier)
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.llen(start_urls(crawl))
+            pipe.llen(invalid_start_urls(crawl))
+            pipe.exists(bloom_meta(crawl))
+            pipe.info("memory")
+            seeds, invalid, has_bloom, memory = await pipe.execute()
+        bloom = await _bloom(client, settings, crawl) if has_bloom else None
+    finally:
+        await client.aclose()
+    dlq_by_reason = {
+        k[len(DLQ_PREFIX) :]: v
+        for k, v in fleet.totals.items()
+        if k.startswith(DLQ_PREFIX)
+    }
+    store = _store(settings)
+    idle = not (fv.queued or fv.leased or seeds)
+    return {
+        "crawl": crawl,
+        "time_ms": fv.now_ms,
+        "paused": fv.paused,
+        "poisoned": fv.poisoned,
+        "queued": fv.queued,
+        "leased": fv.leased,
+        "hosts": {
+            "ready": fv.hosts_ready,
+            "waiting": fv.hosts_waiting,
+            "parked": fv.hosts_parked,
+        },
+        "next_lease_expiry": (
+            {"lease": fv.next_lease_expiry[0], "in_s": fv.next_lease_expiry[1]}
+            if fv.next_lease_expiry
+            else None
+        ),
+        # Issue 12 (retries and a dead-letter queue) has not landed: its
+        # figures are 0 until workers fold ``dlq/<reason>`` stats.
+        "retries_pending": 0,
+        "dlq": sum(dlq_by_reason.values()),
+        "dlq_by_reason": dlq_by_reason,
+        "seeds_pending": int(seeds),
+        "seeds_invalid": int(invalid),
+        "waiting_for_seeds": bool(fleet.workers) and idle,
+        "workers": fleet.workers,
+        "rates": fleet.rates,
+        "totals": fleet.totals,
+        "top_hosts": [{"host": h, "queued": n} for h, n in fv.top_hosts],
+        "bloom": bloom,
+        "redis": {
+            "used_memory": int(memory.get("used_memory", 0)),
+            "used_memory_human": str(memory.get("used_memory_human", "")),
+            "maxmemory": int(memory.get("maxmemory", 0)),
+        },
+        **store,
+    }
+
+
+async def _bloom(
+    client: aredis.Redis, settings: BaseSettings, crawl: str
+) -> dict[str, Any]:
+    stats = await AsyncBloomFilter(
+        client, crawl, BloomConfig.from_settings(settings)
+    ).stats()
+    return {
+        "layers": stats.layers,
+        "bits": stats.bits,
+        "fill": round(stats.bits_set / stats.bits, 6) if stats.bits else 0.0,
+        "items": stats.counted_items,
+        "expected_fp_rate": stats.expected_fp_rate,
+    }
+
+
+def _store(settings: BaseSettings) -> dict[str, Any]:
+    """Pages stored, and pages that share another page's content
+    (duplicates), read through the page store."""
+    store = store_from_settings(settings)
+    path = getattr(store, "path", None)
+    if path is not None and not Path(path).exists():
+        # No page stored yet on this machine: do not create an empty store.
+        return {"store": repr(store), "pages_stored": 0, "duplicates": 0}
+    store.open()
+    try:
+        stored = store.count()
+        content = getattr(store, "content_count", None)
+        with_content = content() if content is not None else None
+    finally:
+        store.close()
+    return {
+        "store": repr(store),
+        "pages_stored": stored,
+        "pages_with_content": with_content,
+        # Pages stored without their own content: exact or near duplicates
+        # of a page stored earlier, and failures (no body).
+        "duplicates": stored - with_content if with_content is not None else None,
+    }
+
+
+def _num(n: float) -> str:
+    return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.2f}"
+
+
+def render_status(s: dict[str, Any]) -> str:
+    """``scrapy status`` as text a person reads."""
+    h, r = s["hosts"], s["rates"].get("pages", {})
+    lines = [
+        f"Crawl {s['crawl']!r}"
+        + ("  (PAUSED: `scrapy resume` to continue)" if s["paused"] else ""),
+        f"  rate        {r.get('1m', 0):.2f} pages/s (1m)  {r.get('5m', 0):.2f} (5m)  "
+        f"{r.get('15m', 0):.2f} (15m)",
+        f"  frontier    {_num(s['queued'])} queued over "
+        f"{h['ready'] + h['waiting'] + h['parked']} "
+        f"hosts ({h['ready']} ready, {h['waiting']} waiting, {h['parked']} parked)",
+        f"  leases      {_num(s['leased'])} outstanding"
+        + (
+            f", next expiry in {s['next_lease_expiry']['in_s']:.0f}s"
+            if s["next_lease_expiry"]
+            else ""
+        ),
+        f"  retries     {s['retries_pending']} pending; DLQ {s['dlq']}"
+        + (
+            " ("
+            + ", ".join(f"{k}: {v}" for k, v in sorted(s["dlq_by_reason"].items()))
+            + ")"
+            if s["dlq_by_reason"]
+            else ""
+        ),
+        f"  seeds       {s['seeds_pending']} pending, {s['seeds_invalid']} invalid; "
+        f"{s['poisoned']} malformed frontier entries set aside",
+        f"  store       {_num(s['pages_stored'])} pages stored, "
+        f"{s['duplicates'] if s['duplicates'] is not None else '?'} without own content"
+        f" ({s['store']})",
+        f"  fleet       {_num(s['totals'].get('pages', 0))} pages fetched, "
+        f"{_num(s['totals'].get('bytes', 0))} bytes, "
+        f"{_num(s['totals'].get('errors', 0))} errors",
+    ]
+    b = s["bloom"]
+    lines.append(
+        f"  bloom       {b['fill']:.4%} full, {_num(b['items'])} URLs, "
+        "expected FP rate "
+        f"{b['expected_fp_rate']:.2e}"
+        if b
+        else "  bloom       (not created yet)"
+    )
+    lines.append(f"  redis       {s['redis']['used_memory_human']} used")
+    if s["waiting_for_seeds"]:
+        lines.append(
+            "  NO SEEDS: workers are waiting; push some with `scrapy seed FILE`"
+        )
+    lines.append(f"Workers alive: {len(s['workers'])}")
+    for w in s["workers"]:
+        lines.append(
+            f"  {w['id']:<36} {w['machine']:<16} pid {w['pid']:<7} "
+            f"beat {w['last_beat_s']:>5}s "
+            f"ago  {w['pages_per_s']:7.2f} pages/s"
+            + (f"  metrics :{w['metrics_port']}" if w["metrics_port"] else "")
+            + ("  (waiting for seeds)" if w["waiting_for_seeds"] else "")
+        )
+    if s["top_hosts"]:
+        lines.append("Top hosts by queue:")
+        lines += [f"  {t['queued']:>8}  {t['host']}" for t in s["top_hosts"]]
+    return "\n".join(lines)
+
+
+# -- seeds ---------------------------------------------------------------------
+
+
+def check_seed_lines(
+    lines: Iterable[str], max_url_length: int = URL_LENGTH_LIMIT
+) -> tuple[list[str], list[tuple[int, str, str]]]:
+    """Valid seed entries, and (line number, line, why) for the invalid ones,
+    judged by the parser the workers use (:func:`extensions.seeds.parse_seed`)
+    with the same URL length limit. Blank lines and ``#`` comments are skipped.
+
+    >>> valid, invalid = check_seed_lines(["http://a.test/", "", "# c", "ftp://b/"])
+    >>> valid, invalid
+    (['http://a.test/'], [(4, 'ftp://b/', "scheme must be http or https, not 'ftp'")])
+    """
+    valid: list[str] = []
+    invalid: list[tuple[int, str, str]] = []
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            parse_seed(line, max_url_length)
+        except InvalidSeed as exc:
+            invalid.append((number, line, str(exc)))
+        else:
+            valid.append(line)
+    return valid, invalid
+
+
+async def push_seeds(
+    settings: BaseSettings, entries: list[str], crawl: str = DEFAULT_CRAWL
+) -> int:
+    """Push seed entries, first line first out (the list is taken from its tail)."""
+    client = client_for(settings)
+    try:
+        for i in range(0, len(entries), 1000):
+            await client.lpush(start_urls(crawl), *entries[i : i + 1000])
+        return len(entries)
+    finally:
+        await client.aclose()
+
+
+# -- pause / resume -------------------------------------------------------------
+
+
+async def set_paused(
+    settings: BaseSettings, paused: bool, crawl: str = DEFAULT_CRAWL
+) -> bool:
+    """Pause or resume the fleet; False when it already was in that state."""
+    client = client_for(settings)
+    try:
+        frontier = Frontier(client, crawl)
+        return await (frontier.pause() if paused else frontier.resume())
+    finally:
+        await client.aclose()
+
+
+# -- reset ---------------------------------------------------------------------
+
+
+def key_kind(crawl: str, key: str) -> str:
+    """The kind of a crawl key, for ``scrapy reset``'s count.
+
+    >>> key_kind("web", "web:{web}:q:http://a.test:80")
+    'frontier q'
+    >>> key_kind("web", "web:bloom:meta"), key_kind("web", "web:start_urls")
+    ('bloom', 'seeds')
+    """
+    tagged = FrontierKeys(crawl).tagged
+    if key.startswith(tagged):
+        return "frontier " + key[len(tagged) :].split(":", 1)[0]
+    if key in (start_urls(crawl), invalid_start_urls(crawl)):
+        return "seeds"
+    return key[len(crawl) + 1 :].split(":", 1)[0]
+
+
+async def crawl_keys(client: aredis.Redis, crawl: str) -> list[str]:
+    """Every key of the crawl, seed lists included (SCAN, never KEYS)."""
+    keys = []
+    for pattern in [
+        *crawl_patterns(crawl),
+        start_urls(crawl),
+        invalid_start_urls(crawl),
+    ]:
+        async for key in client.scan_iter(match=pattern, count=1000):
+            keys.append(key.decode())
+    return sorted(set(keys))
+
+
+async def reset(
+    settings: BaseSettings, delete: bool, crawl: str = DEFAULT_CRAWL
+) -> dict[str, int]:
+    """Count the crawl's keys by kind; delete them when ``delete``."""
+    client = client_for(settings)
+    try:
+        keys = await crawl_keys(client, crawl)
+        kinds: dict[str, int] = {}
+        for key in keys:
+            kind = key_kind(crawl, key)
+            kinds[kind] = kinds.get(kind, 0) + 1
+        if delete:
+            for i in range(0, len(keys), 500):
+                await client.unlink(*keys[i : i + 500])
+        return dict(sorted(kinds.items()))
+    finally:
+        await client.aclose()
+
+
+def dumps(status: dict[str, Any]) -> str:
+    return json.dumps(status, sort_keys=True)
