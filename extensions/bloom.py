@@ -27,7 +27,7 @@ BLOOM_GROWTH^i`` items at ``BLOOM_ERROR_RATE * BLOOM_TIGHTENING^i``, so the
 compounded false-positive rate stays below ``BLOOM_ERROR_RATE / (1 -
 BLOOM_TIGHTENING)``. The defaults start at 1.6 M items (3.5 MB) and double, at
 a rate falling by 0.9 per layer: a demo crawl holds 3.5 MB of filter, six
-layers hold 101.6 M items in 1.29 times the bits of an optimal filter sized
+layers hold 100.8 M items in 1.29 times the bits of an optimal filter sized
 for 100 M at the same compound bound (:meth:`BloomConfig.overhead`; a
 tightening of 0.5 costs 1.46 times). Right after a layer is added the newest
 one is nearly empty and the ratio peaks (2.6 at 50 M items): a Bloom filter
@@ -299,7 +299,7 @@ class BloomConfig:
         sum of their rates): the price of starting small and growing.
 
         The newest layer is counted whole (preallocated, or reached by its
-        first random bits anyway). With the defaults, six layers hold 101.6 M
+        first random bits anyway). With the defaults, six layers hold 100.8 M
         items, so at 100 M the newest is nearly full:
 
         >>> round(BloomConfig().overhead(100_000_000), 3)

@@ -114,7 +114,7 @@ MAX_OUTLINKS_PER_PAGE: Annotated[int, Range(0)] = 1000
 
 # --- Bloom dupefilter (extensions.dupefilter, extensions.bloom) ---------------
 # Items the first Bloom layer holds at BLOOM_ERROR_RATE (3.5 MB of Redis); later
-# layers grow by BLOOM_GROWTH, so six layers hold 101.6 M (see extensions.bloom).
+# layers grow by BLOOM_GROWTH, so six layers hold 100.8 M (see extensions.bloom).
 BLOOM_CAPACITY: Annotated[int, Range(1)] = 1_600_000
 # False-positive rate of the first layer while it is within its capacity.
 BLOOM_ERROR_RATE: Annotated[float, Range(above=0, below=1)] = 0.0002
