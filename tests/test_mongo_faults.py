@@ -34,6 +34,7 @@ class FakeMongo:
         self.docs: dict[str, dict[str, Any]] = {
             "pages_metadata": {},
             "pages_content": {},
+            "pages_simhash": {},
         }
         self.updates = 0
         self.lock = threading.Lock()
