@@ -1,7 +1,7 @@
 """``make demo``: crawl the sandbox web with two workers and print a summary.
 
 Starts the sandbox web and a Redis of its own (the embedded one, under
-``.webcrawl/demo``), seeds the crawl with ``redis-cli lpush``, runs two
+``WEBCRAWL_HOME/demo``), seeds the crawl with ``redis-cli lpush``, runs two
 ``scrapy crawl web`` workers until the crawl is done, prints pages stored,
 pages/s, robots-disallowed fetches and the smallest gap between two requests
 to one host against the configured delay, then stops everything it started.
@@ -15,12 +15,11 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from pathlib import Path
 
 from scrapy.settings import Settings
 
 from demo.localcrawl import crawl_sandbox
-from extensions.embedded_redis import ensure_embedded, stop_embedded
+from extensions.embedded_redis import ensure_embedded, stop_embedded, webcrawl_home
 from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec, crawl_delay_map
 
@@ -30,7 +29,7 @@ def main() -> int:
     pages = int(os.environ.get("DEMO_PAGES", "10"))
     delay = float(os.environ.get("DEMO_DELAY", "0.25"))
     workers = int(os.environ.get("DEMO_WORKERS", "2"))
-    home = Path(os.environ.get("WEBCRAWL_HOME", ".webcrawl")) / "demo"
+    home = webcrawl_home() / "demo"
     shutil.rmtree(home, ignore_errors=True)
     spec = SiteSpec(
         seed=1,

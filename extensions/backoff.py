@@ -15,7 +15,6 @@ header (seconds or an HTTP date) parks the host until that moment instead.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Self
@@ -29,12 +28,11 @@ from scrapy.exceptions import (
 )
 from twisted.internet import error as twisted_error
 
-from extensions import config, defaults, keys
+from extensions import config, defaults, meta
 from extensions.connection import async_client, retry_redis
-from extensions.hosts import host_key, script
+from extensions.hosts import HostRecords, host_key
 
 if TYPE_CHECKING:
-    import redis.asyncio as aredis
     from scrapy.crawler import Crawler
     from scrapy.http import Request, Response
 
@@ -54,85 +52,6 @@ CONNECTION_FAILURES: tuple[type[BaseException], ...] = (
     twisted_error.TimeoutError,
     twisted_error.DNSLookupError,
 )
-
-# KEYS[1] the host record.
-# ARGV[1] initial back-off ms, ARGV[2] cap ms, ARGV[3] quiet period ms,
-# ARGV[4] jitter factor (1 +- BACKOFF_JITTER), ARGV[5] Retry-After ms (-1: none).
-# With a Retry-After: park = max(park, now + ARGV[5]). Without: the back-off
-# starts at ARGV[1] (or after a quiet period), doubles when raised again once
-# the current window has passed (a burst of 429s from requests sent before the
-# raise counts once), is capped at ARGV[2]; park = max(park, now + back-off).
-# Returns {back-off ms now in force, park deadline ms, 1 if raised else 0}.
-RAISE_SCRIPT = """
-redis.replicate_commands()
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local r = redis.call('HMGET', KEYS[1], 'backoff', 'backoff_at', 'park')
-local cur = tonumber(r[1]) or 0
-local at = tonumber(r[2]) or 0
-local park = tonumber(r[3]) or 0
-if now - at >= tonumber(ARGV[3]) then
-  cur = 0
-end
-local raised = 0
-local retry_after = tonumber(ARGV[5])
-local until_ms
-if retry_after >= 0 then
-  until_ms = now + retry_after
-else
-  if cur > 0 and now - at < cur then
-    return {cur, park, 0}
-  end
-  local new = tonumber(ARGV[1])
-  if cur > 0 then
-    new = cur * 2
-  end
-  new = math.floor(math.min(tonumber(ARGV[2]), new * tonumber(ARGV[4])))
-  redis.call('HSET', KEYS[1], 'backoff', new, 'backoff_at', now)
-  cur = new
-  raised = 1
-  until_ms = now + new
-end
-if until_ms > park then
-  park = until_ms
-  redis.call('HSET', KEYS[1], 'park', park)
-end
-return {cur, park, raised}
-"""
-
-# KEYS[1] the host record.
-# ARGV[1] threshold (failures), ARGV[2] cool-down ms, ARGV[3] max cool-down ms.
-# Counts a connection failure (``fails``). When the count reaches the
-# threshold and the breaker is not already open (park in the future), opens
-# it: park = now + cool-down * 2^(times opened in a row), capped; ``breaker``
-# counts the openings. Returns {fails, park ms if opened by this call else 0}.
-FAIL_SCRIPT = """
-redis.replicate_commands()
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local fails = redis.call('HINCRBY', KEYS[1], 'fails', 1)
-if fails < tonumber(ARGV[1]) then
-  return {fails, 0}
-end
-local park = tonumber(redis.call('HGET', KEYS[1], 'park') or '0') or 0
-if park > now then
-  return {fails, 0}
-end
-local opened = redis.call('HINCRBY', KEYS[1], 'breaker', 1)
-local cool = tonumber(ARGV[2]) * 2 ^ math.min(opened - 1, 30)
-cool = math.floor(math.min(cool, tonumber(ARGV[3])))
-redis.call('HSET', KEYS[1], 'park', now + cool)
-return {fails, now + cool}
-"""
-
-# KEYS[1] the host record. No ARGV.
-# Closes the breaker after a response: clears ``fails`` and ``breaker``.
-# Returns the number of openings it had (0: it was closed).
-SUCCESS_SCRIPT = """
-local opened = tonumber(redis.call('HGET', KEYS[1], 'breaker') or '0') or 0
-redis.call('HDEL', KEYS[1], 'fails', 'breaker')
-return opened
-"""
 
 
 def parse_retry_after(
@@ -172,55 +91,6 @@ def parse_retry_after(
     return max(0.0, when.timestamp() - now)
 
 
-class Backoff:
-    """The record updates of back-off and breaker, for one crawl prefix."""
-
-    def __init__(self, client: aredis.Redis, prefix: str) -> None:
-        self.client = client
-        self.frontier = keys.FrontierKeys(prefix)
-
-    async def raise_backoff(
-        self,
-        hostkey: str,
-        *,
-        initial_ms: int,
-        max_ms: int,
-        quiet_ms: int,
-        jitter: float,
-        retry_after_ms: int | None,
-    ) -> tuple[int, int, bool]:
-        """Run the raise script: ``(back-off ms, park deadline ms, raised)``."""
-        factor = 1.0 + random.uniform(-jitter, jitter)
-        res = await script(self.client, RAISE_SCRIPT)(
-            keys=[self.frontier.host(hostkey)],
-            args=[
-                initial_ms,
-                max_ms,
-                quiet_ms,
-                repr(factor),
-                -1 if retry_after_ms is None else retry_after_ms,
-            ],
-        )
-        return int(res[0]), int(res[1]), bool(res[2])
-
-    async def fail(
-        self, hostkey: str, *, threshold: int, cooldown_ms: int, max_cooldown_ms: int
-    ) -> tuple[int, int]:
-        """Count a connection failure: ``(fails, park ms if it opened else 0)``."""
-        res = await script(self.client, FAIL_SCRIPT)(
-            keys=[self.frontier.host(hostkey)],
-            args=[threshold, cooldown_ms, max_cooldown_ms],
-        )
-        return int(res[0]), int(res[1])
-
-    async def succeed(self, hostkey: str) -> int:
-        """Close the breaker; return how often it had opened in a row."""
-        res = await script(self.client, SUCCESS_SCRIPT)(
-            keys=[self.frontier.host(hostkey)], args=[]
-        )
-        return int(res)
-
-
 class BackoffMiddleware:
     """Downloader middleware: raise a host's back-off on 429/503 responses and
     open its circuit breaker after repeated connection failures.
@@ -229,7 +99,8 @@ class BackoffMiddleware:
     ``process_response`` sees the 429/503 before the retry turns it into a new
     request; the retry then waits in the frontier while the host is parked.
 
-    Everything lives in the host record (``web:{web}:h:<host>``): ``backoff``,
+    Everything lives in the host record (``web:{web}:h:<host>``, written by
+    the scripts of :class:`extensions.hosts.HostRecords`): ``backoff``,
     ``backoff_at`` and ``park`` on a 429/503; ``fails``, ``breaker`` and
     ``park`` for the breaker. The frontier keeps a parked host's queue (it is
     never dropped) and hands it out again when the park ends: that first
@@ -257,28 +128,28 @@ class BackoffMiddleware:
             raise NotConfigured(
                 "BACKOFF_INITIAL must be > 0 and <= BACKOFF_MAX, BREAKER_THRESHOLD >= 1"
             )
-        self._backoff: Backoff | None = None
+        self._records: HostRecords | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler)
 
     @property
-    def backoff(self) -> Backoff:
-        if self._backoff is None:
+    def records(self) -> HostRecords:
+        if self._records is None:
             spider = self.crawler.spider
             prefix = spider.name if spider is not None else "web"
-            self._backoff = Backoff(async_client(self.crawler), prefix)
-        return self._backoff
+            self._records = HostRecords(async_client(self.crawler), prefix)
+        return self._records
 
     async def process_response(self, request: Request, response: Response) -> Response:
         stats = self.crawler.stats
         assert stats is not None
-        lock = request.meta.get("politeness_lock") or {}
+        lock = request.meta.get(meta.POLITENESS_LOCK) or {}
         hostkey = host_key(request)
         if lock.get("fails"):
             opened = await retry_redis(
-                lambda: self.backoff.succeed(hostkey), "the back-off record"
+                lambda: self.records.succeed(hostkey), "the back-off record"
             )
             if opened:
                 stats.inc_value("backoff/breaker_closed")
@@ -291,7 +162,7 @@ class BackoffMiddleware:
             retry_after_ms = min(round(retry_after * 1000), self.max_ms)
             stats.inc_value("backoff/retry_after")
         backoff_ms, _park, raised = await retry_redis(
-            lambda: self.backoff.raise_backoff(
+            lambda: self.records.raise_backoff(
                 hostkey,
                 initial_ms=self.initial_ms,
                 max_ms=self.max_ms,
@@ -324,7 +195,7 @@ class BackoffMiddleware:
         hostkey = host_key(request)
         stats.inc_value("backoff/connection_failures")
         fails, park = await retry_redis(
-            lambda: self.backoff.fail(
+            lambda: self.records.fail(
                 hostkey,
                 threshold=self.threshold,
                 cooldown_ms=self.cooldown_ms,

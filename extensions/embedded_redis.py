@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from scrapy import signals
 
+from extensions import defaults
 from extensions.config import setting_or_env
 
 if TYPE_CHECKING:
@@ -44,8 +45,6 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_HOME = ".webcrawl"
 
 
 class RedisNotFound(RuntimeError):
@@ -164,9 +163,9 @@ class RedisProcess:
 
 def webcrawl_home(settings: BaseSettings | None = None) -> Path:
     """The directory of embedded state: the ``WEBCRAWL_HOME`` setting, else the
-    environment variable of that name, else ``.webcrawl`` (the one place this
-    precedence is written)."""
-    return Path(setting_or_env(settings, "WEBCRAWL_HOME") or DEFAULT_HOME)
+    environment variable of that name, else its default, ``.webcrawl`` (the one
+    place this precedence is written)."""
+    return Path(setting_or_env(settings, "WEBCRAWL_HOME") or defaults.WEBCRAWL_HOME)
 
 
 def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:

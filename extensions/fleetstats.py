@@ -48,6 +48,7 @@ from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.frontier import Frontier
 from extensions.keys import StatsKeys
 from extensions.scheduler import worker_id
+from extensions.scripts import LUA_NOW_MS, script, server_now_ms
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -95,9 +96,10 @@ INFO_FIELDS = (
 # ARGV[3] bucket TTL (s), ARGV[4] n counters, then n (name, delta) pairs, then
 # (field, value) pairs of the worker's beat.
 # Returns the Redis time (ms) of the fold.
-FOLD_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+FOLD_LUA = (
+    LUA_NOW_MS
+    + """
+local now = now_ms()
 local bucket = ARGV[1] .. math.floor(now / 60000)
 local n = tonumber(ARGV[4])
 for i = 0, n - 1 do
@@ -113,6 +115,7 @@ redis.call('HSET', KEYS[2], unpack(beat))
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return now
 """
+)
 
 
 def fold_counters(stats: dict[str, Any]) -> dict[str, int]:
@@ -195,8 +198,7 @@ async def fleet_view(
     keys = StatsKeys(prefix)
     frontier = frontier or Frontier(client, prefix)
     beats = await frontier.workers()
-    sec, usec = await client.time()
-    now = int(sec) * 1000 + int(usec) // 1000
+    now = await server_now_ms(client)
     minute = now // 60000
     minutes = list(range(minute - BUCKETS + 1, minute + 1))
     live = sorted(w for w, beat in beats.items() if now - beat < alive_ms)
@@ -262,7 +264,6 @@ class FleetStats:
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._client: aredis.Redis | None = None
-        self._fold: Any = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -278,7 +279,6 @@ class FleetStats:
         self._client = async_client(self.crawler)
         self._keys = StatsKeys(self.prefix)
         self._frontier = Frontier(self._client, self.prefix)
-        self._fold = self._client.register_script(FOLD_LUA)
         now = time.monotonic()
         self._samples.append((now, 0))
         self._next_log = now + self.log_interval
@@ -323,7 +323,7 @@ class FleetStats:
 
     async def fold(self) -> int:
         """Fold the change since the last fold into Redis; return Redis time."""
-        assert self._fold is not None
+        assert self._client is not None
         stats = self.crawler.stats
         assert stats is not None
         counters = fold_counters(dict(stats.get_stats()))
@@ -359,7 +359,7 @@ class FleetStats:
             "waiting_for_seeds", int(waiting),
         ]  # fmt: skip
         when = int(
-            await self._fold(
+            await script(self._client, FOLD_LUA)(
                 keys=[self._keys.fleet, self._keys.worker(self.worker)], args=args
             )
         )

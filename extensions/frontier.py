@@ -37,7 +37,9 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from extensions.keys import FrontierKeys
+from extensions.hosts import LUA_RECORD
+from extensions.keys import FrontierKeys, crawl_patterns
+from extensions.scripts import script, server_now_ms
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -56,7 +58,8 @@ POISON_ENTRY_KEEP = 4096
 # Each script sets `pkey` (the poison LIST, one of its KEYS) before use;
 # `poisoned` counts the entries set aside, for the script's return value.
 _LUA_SCHEDULE_HOST = (
-    f"""
+    LUA_RECORD
+    + f"""
 local POISON_KEEP, POISON_ENTRY_KEEP = {POISON_KEEP}, {POISON_ENTRY_KEEP}
 """
     + """
@@ -85,9 +88,8 @@ local function on_key(cmd, key, ...)
 end
 local function schedule_host(ready, hkey, host, now)
   if redis.call('ZSCORE', ready, host) then return end
-  local rec = on_key('HMGET', hkey, 'next', 'park')
-  local t = math.max(tonumber(rec[1]) or 0, tonumber(rec[2]) or 0, now)
-  redis.call('ZADD', ready, t, host)
+  local rec = host_record(hkey, on_key)
+  redis.call('ZADD', ready, math.max(rec.next, rec.park, now), host)
 end
 local function queue_request(qprefix, host, prio, member, seq)
   local s = redis.call('INCR', seq) % 68719476736
@@ -112,10 +114,6 @@ local function requeue_lease(ready, leases, ldata, qprefix, hprefix, id, now)
   on_key('ZADD', qprefix .. host, 'NX', score, member)
   schedule_host(ready, hprefix .. host, host, now)
   return 1
-end
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 """
 )
@@ -253,20 +251,16 @@ while #out < count * 2 and guard > 0 do
   if #top == 0 or tonumber(top[2]) > now then break end
   local host = top[1]
   local hkey = hprefix .. host
-  local rec = on_key('HMGET', hkey, 'delay', 'backoff', 'park', 'backoff_at')
-  local park = tonumber(rec[3]) or 0
-  if park > now then
-    redis.call('ZADD', ready, park, host)
+  local rec = host_record(hkey, on_key)
+  if rec.park > now then
+    redis.call('ZADD', ready, rec.park, host)
   else
     local q = qprefix .. host
     local popped = on_key('ZPOPMIN', q)
     if #popped == 0 then
       redis.call('ZREM', ready, host)
     else
-      local backoff = tonumber(rec[2]) or 0
-      if now - (tonumber(rec[4]) or 0) >= quiet then backoff = 0 end
-      local delay = math.max(tonumber(rec[1]) or default_delay, backoff)
-      local nxt = now + delay
+      local nxt = now + spacing(rec, default_delay, now, quiet)
       redis.call('HSET', hkey, 'next', nxt)
       if redis.call('ZCARD', q) > 0 then
         redis.call('ZADD', ready, nxt, host)
@@ -312,6 +306,17 @@ end
 return n
 """
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """What one worker leases with, constant for its whole run."""
+
+    id: str  # unique per run: names its leases, heartbeat and write-ahead log
+    lease_ms: int  # how long a lease lasts unless renewed (FRONTIER_LEASE_TIMEOUT)
+    default_delay_ms: int = 0  # the spacing of a host with no delay (DOWNLOAD_DELAY)
+    # A back-off raised longer ago than this is forgiven (BACKOFF_QUIET_PERIOD).
+    backoff_quiet_ms: int = 1_800_000
 
 
 @dataclass
@@ -373,17 +378,26 @@ def clamp_priority(priority: int) -> int:
 class Frontier:
     """Asynchronous access to one crawl's frontier in Redis.
 
-    Stateless apart from the registered scripts: several frontiers (workers)
-    share the same keys safely, since every change is one script.
+    Stateless: several frontiers (workers) share the same keys safely, since
+    every change is one script. ``worker`` binds what one worker leases with;
+    a frontier without one can queue and count, not lease (monitoring).
+    The worker registry (``web:{web}:workers``, worker id -> last heartbeat)
+    tells live workers from dead ones, whose write-ahead batches
+    :meth:`recover` queues.
     """
 
-    def __init__(self, client: aredis.Redis, prefix: str) -> None:
+    def __init__(
+        self, client: aredis.Redis, prefix: str, worker: Worker | None = None
+    ) -> None:
         self.client = client
         self.keys = FrontierKeys(prefix)
-        self._commit = client.register_script(COMMIT_LUA)
-        self._lease = client.register_script(LEASE_LUA)
-        self._release = client.register_script(RELEASE_LUA)
-        self._recover = client.register_script(RECOVER_LUA)
+        self._worker = worker
+
+    @property
+    def worker(self) -> Worker:
+        if self._worker is None:
+            raise TypeError("this Frontier was built without a Worker: it cannot lease")
+        return self._worker
 
     async def commit(
         self,
@@ -403,7 +417,7 @@ class Frontier:
         for r in requests:
             args += [r.host, clamp_priority(r.priority), r.member]
         args += list(acks)
-        added, acked = await self._commit(
+        added, acked = await script(self.client, COMMIT_LUA)(
             keys=[k.ready, k.seq, k.leases, k.lease_data, k.wal(worker), k.poison],
             args=args,
         )
@@ -424,7 +438,7 @@ class Frontier:
 
         Returns (requests queued again, malformed entries poisoned)."""
         k = self.keys
-        queued, poisoned = await self._recover(
+        queued, poisoned = await script(self.client, RECOVER_LUA)(
             keys=[k.workers, k.ready, k.seq, k.poison],
             args=[k.queue_prefix, k.host_prefix, k.wal_prefix, dead_after_ms],
         )
@@ -452,27 +466,21 @@ class Frontier:
             pipe.ltrim(self.keys.poison, -POISON_KEEP, -1)
             await pipe.execute()
 
-    async def lease(
-        self,
-        count: int,
-        worker: str,
-        lease_ms: int,
-        default_delay_ms: int,
-        reclaim: int = 32,
-        backoff_quiet_ms: int = 1_800_000,
-    ) -> LeaseBatch:
-        k = self.keys
-        res: list[Any] = await self._lease(
+    async def lease(self, count: int, reclaim: int = 32) -> LeaseBatch:
+        """Reclaim up to ``reclaim`` expired leases (of any worker), then
+        lease up to ``count`` requests of hosts that are due."""
+        k, w = self.keys, self.worker
+        res: list[Any] = await script(self.client, LEASE_LUA)(
             keys=[k.ready, k.leases, k.lease_data, k.seq, k.poison, k.paused],
             args=[
                 k.queue_prefix,
                 k.host_prefix,
                 count,
-                lease_ms,
-                worker,
-                default_delay_ms,
+                w.lease_ms,
+                w.id,
+                w.default_delay_ms,
                 reclaim,
-                backoff_quiet_ms,
+                w.backoff_quiet_ms,
             ],
         )
         items: list[bytes] = list(res[6:])
@@ -492,24 +500,44 @@ class Frontier:
             return 0
         k = self.keys
         return int(
-            await self._release(
+            await script(self.client, RELEASE_LUA)(
                 keys=[k.ready, k.leases, k.lease_data, k.poison],
                 args=[k.queue_prefix, k.host_prefix, *lease_ids],
             )
         )
 
-    async def extend(self, lease_ids: Sequence[str], lease_ms: int) -> int:
-        """Push the deadline of leases this worker still holds. ``XX`` leaves
-        alone a lease that was already reclaimed (it is queued again; this
-        worker's later acknowledgement of it is then a no-op)."""
+    async def extend(self, lease_ids: Sequence[str]) -> int:
+        """Push the deadline of leases this worker still holds by one lease
+        time. ``XX`` leaves alone a lease that was already reclaimed (it is
+        queued again; this worker's later acknowledgement of it is a no-op)."""
         if not lease_ids:
             return 0
-        sec, usec = await self.client.time()
-        deadline = int(sec or 0) * 1000 + int(usec or 0) // 1000 + lease_ms
+        deadline = await server_now_ms(self.client) + self.worker.lease_ms
         changed = await self.client.zadd(
             self.keys.leases, dict.fromkeys(lease_ids, deadline), xx=True, ch=True
         )
         return cast("int", changed)
+
+    async def beat(self) -> None:
+        """Record this worker's heartbeat (Redis clock) in the registry. A
+        worker beats before it writes ahead, or its batches would never be
+        recovered."""
+        now = await server_now_ms(self.client)
+        await self.client.zadd(self.keys.workers, {self.worker.id: now})
+
+    async def retire(self) -> None:
+        """Leave the registry: a clean stop, with nothing written ahead left."""
+        await self.client.zrem(self.keys.workers, self.worker.id)
+
+    async def flush(self) -> int:
+        """Delete every key of the crawl but its seed list (the frontier, the
+        robots cache, the Bloom filter, the duplicate index): start afresh.
+        Returns the number of keys deleted."""
+        deleted = 0
+        for pattern in crawl_patterns(self.keys.prefix):
+            async for key in self.client.scan_iter(match=pattern, count=1000):
+                deleted += await self.client.unlink(key)
+        return deleted
 
     async def counts(self) -> tuple[int, int]:
         """(hosts with queued requests, leases outstanding)."""

@@ -1,29 +1,35 @@
-"""The per-host politeness record and the host key functions.
+"""The per-host record: its fields, the scripts that write them, the host keys.
 
-The frontier (:mod:`extensions.frontier`) queues requests by :func:`host_key`
-and keeps one politeness record per host in Redis,
-``FrontierKeys(prefix).host(hostkey)``, a HASH whose values are integers in
-milliseconds:
+This module owns the host record: it names its fields, holds the Lua helpers
+every script includes to read them (:data:`LUA_RECORD`: the Redis clock, the
+record, the spacing rule, the park rule) and the scripts that write them
+(:class:`HostRecords`). The frontier (:mod:`extensions.frontier`) queues
+requests by :func:`host_key` and keeps one record per host in Redis,
+``FrontierKeys(prefix).host(hostkey)``, a HASH of integers (times are epoch
+ms of the Redis clock, durations ms):
 
 ``next``
-    The frontier's own next allowed fetch (read here, never written).
+    The frontier's next allowed fetch: written by its lease script only.
 ``delay``
     The host's minimum delay: max(``DOWNLOAD_DELAY``, the capped robots.txt
     ``Crawl-delay``/``Request-rate``), written by the robots middleware
     (absent: ``DOWNLOAD_DELAY``).
 ``backoff``, ``backoff_at``
-    The current back-off delay and when it was last raised (epoch ms); a
-    back-off older than ``BACKOFF_QUIET_PERIOD`` is forgiven by every reader.
+    The current back-off delay and when it was last raised; a back-off older
+    than ``BACKOFF_QUIET_PERIOD`` is forgiven by every reader.
 ``park``
-    Epoch ms until which the host must not be fetched (an open circuit
-    breaker, a ``Retry-After`` deadline, an unreachable robots.txt).
+    Until when the host must not be fetched (an open circuit breaker, a
+    ``Retry-After`` deadline, an unreachable robots.txt); only ever moved
+    later.
 ``fails``
     Consecutive connection failures (the circuit breaker's count).
+``breaker``
+    How often the circuit breaker opened in a row (its cool-down doubles
+    each time); cleared with ``fails`` by a response.
 
-Every writer uses the Redis server clock (``TIME``), so the fleet shares one
-clock. The effective spacing of a host is max(``delay`` or the default,
-``backoff`` unless forgiven); the lock script of :mod:`extensions.politeness`
-and the frontier compute it the same way.
+The effective spacing of a host is max(``delay`` or the default, ``backoff``
+unless forgiven): the ``spacing`` helper of :data:`LUA_RECORD`, used by the
+frontier's lease script and the lock script of :mod:`extensions.politeness`.
 
 Settings read: none (the middlewares pass their settings in).
 """
@@ -32,17 +38,20 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import weakref
-from dataclasses import dataclass
+import random
+from enum import StrEnum
 from functools import lru_cache
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from scrapy.http import Request
 
+from extensions import meta
+from extensions.keys import FrontierKeys
+from extensions.scripts import LUA_NOW_MS, script
+
 if TYPE_CHECKING:
     import redis.asyncio as aredis
-    from redis.commands.core import AsyncScript
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +63,8 @@ KEY_MODES = ("host", "domain", "ip")
 
 def host_key(url_or_request: str | Request) -> str:
     """The frontier's dispatch key of a URL: ``scheme://host:port``, lowercased,
-    the default port made explicit.
+    the default port made explicit: RFC 9309's identity of a robots.txt (not
+    Scrapy's slot key, which is the bare hostname; see :mod:`extensions.keys`).
 
     >>> host_key("http://A.Test/x?y=1")
     'http://a.test:80'
@@ -125,130 +135,227 @@ def registered_domain(hostname: str) -> str:
     return str(ext.top_domain_under_public_suffix or hostname)
 
 
-@dataclass(frozen=True, slots=True)
-class HostRecord:
-    """A snapshot of one host's politeness record (all values in ms)."""
+# The fields of the host record (see the module docstring).
+NEXT = "next"
+DELAY = "delay"
+BACKOFF = "backoff"
+BACKOFF_AT = "backoff_at"
+PARK = "park"
+FAILS = "fails"
+BREAKER = "breaker"
+FIELDS = (NEXT, DELAY, BACKOFF, BACKOFF_AT, PARK, FAILS, BREAKER)
 
-    delay: int | None = None
-    backoff: int = 0
-    backoff_at: int = 0
-    park: int = 0
-    next: int = 0
-    fails: int = 0
-
-    def effective_backoff(self, now_ms: int, quiet_ms: int) -> int:
-        """The back-off still in force at ``now_ms``.
-
-        >>> rec = HostRecord(backoff=60_000, backoff_at=1_000)
-        >>> rec.effective_backoff(2_000, 1_800_000)
-        60000
-        >>> rec.effective_backoff(1_801_000, 1_800_000)
-        0
-        """
-        if self.backoff and now_ms - self.backoff_at < quiet_ms:
-            return self.backoff
-        return 0
-
-    def spacing(self, default_ms: int, now_ms: int, quiet_ms: int) -> int:
-        """The effective delay between two fetches of the host.
-
-        >>> HostRecord().spacing(250, 0, 1000)
-        250
-        >>> HostRecord(delay=2000, backoff=500, backoff_at=0).spacing(250, 10, 1000)
-        2000
-        >>> HostRecord(delay=2000, backoff=9000, backoff_at=0).spacing(250, 10, 1000)
-        9000
-        """
-        base = default_ms if self.delay is None else self.delay
-        return max(base, self.effective_backoff(now_ms, quiet_ms))
-
-
-def _int(value: bytes | str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(float(value))
-    except ValueError:
-        return None
-
-
-async def read_host(client: aredis.Redis, record_key: str) -> HostRecord:
-    """Read a host's record (absent fields take their defaults)."""
-    raw = await client.hgetall(record_key)
-    fields = {
-        (k.decode() if isinstance(k, bytes) else str(k)): _int(v)
-        for k, v in raw.items()
-    }
-    return HostRecord(
-        delay=fields.get("delay"),
-        backoff=fields.get("backoff") or 0,
-        backoff_at=fields.get("backoff_at") or 0,
-        park=fields.get("park") or 0,
-        next=fields.get("next") or 0,
-        fails=fields.get("fails") or 0,
-    )
-
-
-async def write_delay(
-    client: aredis.Redis, record_key: str, delay_ms: int | None
-) -> None:
-    """Set the host's minimum delay (None: remove it, the default applies)."""
-    if delay_ms is None:
-        await client.hdel(record_key, "delay")
-    else:
-        await client.hset(record_key, "delay", int(delay_ms))
-
-
-# KEYS[1] the host record. ARGV[1] ms to park the host from now (Redis clock).
-# Moves ``park`` later, never earlier. Returns the park deadline (epoch ms).
-PARK_SCRIPT = """
-redis.replicate_commands()
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local deadline = now + tonumber(ARGV[1])
-local park = tonumber(redis.call('HGET', KEYS[1], 'park') or '0') or 0
-if deadline > park then
-  redis.call('HSET', KEYS[1], 'park', deadline)
-  park = deadline
+# The Lua helpers of every script that reads or writes the host record: the
+# Redis clock, the record as numbers, the spacing rule and the park rule.
+LUA_RECORD = (
+    LUA_NOW_MS
+    + """
+-- The host record at `hkey` as numbers: absent fields are 0, but `delay` is
+-- nil when absent (the default delay applies). `call` (default redis.call)
+-- runs the read: the frontier passes its `on_key`, which sets a key of the
+-- wrong type aside rather than fail.
+local function host_record(hkey, call)
+  local r = (call or redis.call)('HMGET', hkey, 'next', 'delay', 'backoff',
+                                 'backoff_at', 'park', 'fails', 'breaker')
+  return {next = tonumber(r[1]) or 0, delay = tonumber(r[2]),
+          backoff = tonumber(r[3]) or 0, backoff_at = tonumber(r[4]) or 0,
+          park = tonumber(r[5]) or 0, fails = tonumber(r[6]) or 0,
+          breaker = tonumber(r[7]) or 0}
 end
-return park
+-- The back-off still in force at `now`: one raised longer than `quiet` ms
+-- ago is forgiven.
+local function effective_backoff(rec, now, quiet)
+  if rec.backoff > 0 and now - rec.backoff_at < quiet then return rec.backoff end
+  return 0
+end
+-- The host's spacing: max(delay or the default, the back-off in force).
+local function spacing(rec, default_ms, now, quiet)
+  return math.max(rec.delay or default_ms, effective_backoff(rec, now, quiet))
+end
+-- Move the park deadline to `deadline` if that is later (never earlier);
+-- returns the deadline in force.
+local function park_until(hkey, rec, deadline)
+  if deadline > rec.park then
+    redis.call('HSET', hkey, 'park', deadline)
+    rec.park = deadline
+  end
+  return rec.park
+end
+"""
+)
+
+# KEYS[1] the host record. ARGV[1] ms to park the host from now.
+# Moves ``park`` later, never earlier. Returns the park deadline (epoch ms).
+PARK_SCRIPT = (
+    LUA_RECORD
+    + """
+local rec = host_record(KEYS[1])
+return park_until(KEYS[1], rec, now_ms() + tonumber(ARGV[1]))
+"""
+)
+
+# KEYS[1] the host record.
+# ARGV[1] initial back-off ms, ARGV[2] cap ms, ARGV[3] quiet period ms,
+# ARGV[4] jitter factor (1 +- BACKOFF_JITTER), ARGV[5] Retry-After ms (-1: none).
+# With a Retry-After: park = max(park, now + ARGV[5]). Without: the back-off
+# starts at ARGV[1] (or after a quiet period), doubles when raised again once
+# the current window has passed (a burst of 429s from requests sent before the
+# raise counts once), is capped at ARGV[2]; park = max(park, now + back-off).
+# Returns {back-off ms now in force, park deadline ms, 1 if raised else 0}.
+RAISE_BACKOFF_SCRIPT = (
+    LUA_RECORD
+    + """
+local now = now_ms()
+local rec = host_record(KEYS[1])
+local cur = effective_backoff(rec, now, tonumber(ARGV[3]))
+local raised = 0
+local retry_after = tonumber(ARGV[5])
+local until_ms
+if retry_after >= 0 then
+  until_ms = now + retry_after
+else
+  if cur > 0 and now - rec.backoff_at < cur then
+    return {cur, rec.park, 0}
+  end
+  local new = tonumber(ARGV[1])
+  if cur > 0 then
+    new = cur * 2
+  end
+  new = math.floor(math.min(tonumber(ARGV[2]), new * tonumber(ARGV[4])))
+  redis.call('HSET', KEYS[1], 'backoff', new, 'backoff_at', now)
+  cur = new
+  raised = 1
+  until_ms = now + new
+end
+return {cur, park_until(KEYS[1], rec, until_ms), raised}
+"""
+)
+
+# KEYS[1] the host record.
+# ARGV[1] threshold (failures), ARGV[2] cool-down ms, ARGV[3] max cool-down ms.
+# Counts a connection failure (``fails``). When the count reaches the
+# threshold and the breaker is not already open (park in the future), opens
+# it: park = now + cool-down * 2^(times opened in a row), capped; ``breaker``
+# counts the openings. Returns {fails, park ms if opened by this call else 0}.
+FAIL_SCRIPT = (
+    LUA_RECORD
+    + """
+local now = now_ms()
+local fails = redis.call('HINCRBY', KEYS[1], 'fails', 1)
+if fails < tonumber(ARGV[1]) then
+  return {fails, 0}
+end
+local rec = host_record(KEYS[1])
+if rec.park > now then
+  return {fails, 0}
+end
+local opened = redis.call('HINCRBY', KEYS[1], 'breaker', 1)
+local cool = tonumber(ARGV[2]) * 2 ^ math.min(opened - 1, 30)
+cool = math.floor(math.min(cool, tonumber(ARGV[3])))
+redis.call('HSET', KEYS[1], 'park', now + cool)
+return {fails, now + cool}
+"""
+)
+
+# KEYS[1] the host record. No ARGV.
+# Closes the breaker after a response: clears ``fails`` and ``breaker``.
+# Returns the number of openings it had (0: it was closed).
+SUCCESS_SCRIPT = """
+local opened = tonumber(redis.call('HGET', KEYS[1], 'breaker') or '0') or 0
+redis.call('HDEL', KEYS[1], 'fails', 'breaker')
+return opened
 """
 
 
-_SCRIPTS: weakref.WeakKeyDictionary[aredis.Redis, dict[str, AsyncScript]] = (
-    weakref.WeakKeyDictionary()
-)
+class HostRecords:
+    """Writes to the host records of one crawl (``prefix``), each one script
+    or one command. The frontier's ``next`` is written by its lease script,
+    and the lock script of :mod:`extensions.politeness` only reads."""
+
+    def __init__(self, client: aredis.Redis, prefix: str) -> None:
+        self.client = client
+        self.keys = FrontierKeys(prefix)
+
+    async def set_delay(self, hostkey: str, delay_ms: int | None) -> None:
+        """Set the host's minimum delay (None: remove it, the default applies)."""
+        if delay_ms is None:
+            await self.client.hdel(self.keys.host(hostkey), DELAY)
+        else:
+            await self.client.hset(self.keys.host(hostkey), DELAY, int(delay_ms))
+
+    async def park(self, hostkey: str, for_ms: int) -> int:
+        """Park a host for ``for_ms`` from now (never shortens a park); return
+        the deadline in epoch ms of the Redis clock."""
+        res = await script(self.client, PARK_SCRIPT)(
+            keys=[self.keys.host(hostkey)], args=[int(for_ms)]
+        )
+        return int(res)
+
+    async def raise_backoff(
+        self,
+        hostkey: str,
+        *,
+        initial_ms: int,
+        max_ms: int,
+        quiet_ms: int,
+        jitter: float,
+        retry_after_ms: int | None,
+    ) -> tuple[int, int, bool]:
+        """Raise the back-off (or park until a Retry-After):
+        ``(back-off ms, park deadline ms, raised)``."""
+        factor = 1.0 + random.uniform(-jitter, jitter)
+        res = await script(self.client, RAISE_BACKOFF_SCRIPT)(
+            keys=[self.keys.host(hostkey)],
+            args=[
+                initial_ms,
+                max_ms,
+                quiet_ms,
+                repr(factor),
+                -1 if retry_after_ms is None else retry_after_ms,
+            ],
+        )
+        return int(res[0]), int(res[1]), bool(res[2])
+
+    async def fail(
+        self, hostkey: str, *, threshold: int, cooldown_ms: int, max_cooldown_ms: int
+    ) -> tuple[int, int]:
+        """Count a connection failure: ``(fails, park ms if it opened else 0)``."""
+        res = await script(self.client, FAIL_SCRIPT)(
+            keys=[self.keys.host(hostkey)],
+            args=[threshold, cooldown_ms, max_cooldown_ms],
+        )
+        return int(res[0]), int(res[1])
+
+    async def succeed(self, hostkey: str) -> int:
+        """Close the breaker; return how often it had opened in a row."""
+        res = await script(self.client, SUCCESS_SCRIPT)(
+            keys=[self.keys.host(hostkey)], args=[]
+        )
+        return int(res)
 
 
-def script(client: aredis.Redis, source: str) -> AsyncScript:
-    """``client.register_script(source)``, registered once per client."""
-    registered = _SCRIPTS.setdefault(client, {})
-    found = registered.get(source)
-    if found is None:
-        found = registered[source] = client.register_script(source)
-    return found
+class Deferral(StrEnum):
+    """Why a request went back to the scheduler (meta
+    :data:`extensions.meta.POLITENESS_DEFERRED`, stats ``.../deferred/<why>``)."""
+
+    #: The host is parked (back-off, Retry-After, circuit breaker).
+    PARKED = "parked"
+    #: The host's spacing is longer than ``POLITENESS_MAX_WAIT``.
+    SPACED = "spaced"
+    #: The host's robots.txt is unreachable for now.
+    ROBOTS = "robots"
 
 
-async def park_host(client: aredis.Redis, record_key: str, for_ms: int) -> int:
-    """Park a host for ``for_ms`` from now (never shortens a park); return the
-    deadline in epoch ms of the Redis clock."""
-    return int(await script(client, PARK_SCRIPT)(keys=[record_key], args=[int(for_ms)]))
-
-
-async def redis_now_ms(client: aredis.Redis) -> int:
-    """The Redis server clock in epoch ms (the clock of every record field)."""
-    sec, usec = await client.time()
-    return int(sec) * 1000 + int(usec) // 1000
-
-
-def deferred_copy(request: Request, reason: str) -> Request:
+def deferred_copy(request: Request, reason: Deferral) -> Request:
     """A copy of ``request`` to hand back to the scheduler when its host may
     not be fetched now: the frontier queues it under its parked host, so it is
     kept, not dropped. ``dont_filter`` stops the dupefilter from discarding
-    it; ``politeness_deferrals`` counts how often it came back.
+    it; :data:`extensions.meta.POLITENESS_DEFERRALS` counts how often it came
+    back.
     """
-    meta = dict(request.meta)
-    meta["politeness_deferrals"] = int(meta.get("politeness_deferrals", 0)) + 1
-    meta["politeness_deferred"] = reason
-    meta.pop("politeness_lock", None)
-    return request.replace(dont_filter=True, meta=meta)
+    copied = dict(request.meta)
+    deferrals = int(copied.get(meta.POLITENESS_DEFERRALS, 0))
+    copied[meta.POLITENESS_DEFERRALS] = deferrals + 1
+    copied[meta.POLITENESS_DEFERRED] = reason
+    copied.pop(meta.POLITENESS_LOCK, None)
+    return request.replace(dont_filter=True, meta=copied)

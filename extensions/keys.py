@@ -14,8 +14,11 @@ key                             type    what it holds
                                         (priority, then arrival order)
 ``web:{web}:ready``             ZSET    hosts with queued requests -> the time
                                         (ms) they may next be fetched from
-``web:{web}:h:<host>``          HASH    one host's politeness record: ``next``,
-                                        ``delay``, ``backoff``, ``park`` (ms)
+``web:{web}:h:<host>``          HASH    one host's record (ms): ``next``,
+                                        ``delay``, ``backoff``, ``backoff_at``,
+                                        ``park``, ``fails``, ``breaker``; each
+                                        field is documented by its owner,
+                                        :mod:`extensions.hosts`
 ``web:{web}:leases``            ZSET    lease id -> deadline (ms)
 ``web:{web}:lease``             HASH    lease id -> host, score and request
 ``web:{web}:seq``               STRING  arrival counter (FIFO within a priority)
@@ -59,8 +62,14 @@ key                             type    what it holds
                                         (the page store holds the rest)
 ==============================  ======  =========================================
 
-Host names are the frontier's dispatch key: ``scheme://host:port`` lowercased,
-the way Scrapy's downloader keys its slots.
+``<host>`` is the frontier's dispatch key, :func:`extensions.hosts.host_key`:
+``scheme://host:port`` lowercased with the default port made explicit, the
+identity RFC 9309 gives a robots.txt (it applies to one scheme, host and port),
+so the robots cache, the queues and the host records all share it. Scrapy's
+downloader keys its local slots differently (``Downloader.get_slot_key``: the
+bare hostname, without scheme and port, unless ``download_slot`` is set), so
+two ports of one host share a Scrapy slot but have two frontier queues; the
+lock (``POLITENESS_KEY``) can be widened to the registered domain or the IP.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import socket
+from enum import IntEnum
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Self
 
@@ -20,16 +20,19 @@ from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.resolver import dnscache
 
-from extensions import config, defaults, keys
+from extensions import config, defaults, keys, meta
 from extensions.connection import async_client, retry_redis
 from extensions.hosts import (
     KEY_MODES,
+    LUA_RECORD,
+    Deferral,
     deferred_copy,
     host_key,
     hostname_of,
     registered_domain,
-    script,
 )
+from extensions.locks import TokenLock, new_token
+from extensions.scripts import script
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -42,34 +45,25 @@ logger = logging.getLogger(__name__)
 # ARGV[1] token, ARGV[2] default delay ms (DOWNLOAD_DELAY), ARGV[3] back-off
 # quiet period ms, ARGV[4] hold ms (how long the fetch may take: the lock is
 # set for spacing + hold, and cut to the spacing when the fetch completes).
-# Returns {code, ms, fails}: code 0 = acquired (the lock is set NX PX, ms = the
-# host's effective spacing; ms 0 = no spacing, nothing set), 1 = held by
-# another token (ms = its PTTL, or one spacing while the holder is still
-# fetching), 2 = host parked (ms until the park ends);
+# Returns {code, ms, fails} (code: a LockState): ACQUIRED (the lock is set NX
+# PX, ms = the host's effective spacing; ms 0 = no spacing, nothing set),
+# HELD by another token (ms = its PTTL, or one spacing while the holder is
+# still fetching), PARKED (ms until the park ends);
 # fails = the record's consecutive connection failures.
-ACQUIRE_SCRIPT = """
-redis.replicate_commands()
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local r = redis.call('HMGET', KEYS[2],
-  'delay', 'backoff', 'backoff_at', 'park', 'fails')
-local fails = tonumber(r[5]) or 0
-local park = tonumber(r[4]) or 0
-if park > now then
-  return {2, park - now, fails}
+ACQUIRE_SCRIPT = (
+    LUA_RECORD
+    + """
+local now = now_ms()
+local rec = host_record(KEYS[2])
+if rec.park > now then
+  return {2, rec.park - now, rec.fails}
 end
-local delay = tonumber(r[1]) or tonumber(ARGV[2])
-local backoff = tonumber(r[2]) or 0
-local backoff_at = tonumber(r[3]) or 0
-if backoff > delay and now - backoff_at < tonumber(ARGV[3]) then
-  delay = backoff
-end
-delay = math.floor(delay)
+local delay = math.floor(spacing(rec, tonumber(ARGV[2]), now, tonumber(ARGV[3])))
 if delay <= 0 then
-  return {0, 0, fails}
+  return {0, 0, rec.fails}
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', delay + tonumber(ARGV[4])) then
-  return {0, delay, fails}
+  return {0, delay, rec.fails}
 end
 local ttl = redis.call('PTTL', KEYS[1])
 -- A holder still fetching keeps the lock for spacing + hold: its end is not
@@ -80,28 +74,20 @@ end
 if ttl < 1 then
   ttl = 1
 end
-return {1, ttl, fails}
+return {1, ttl, rec.fails}
 """
+)
 
-# KEYS[1] the lock key. ARGV[1] token.
-# Deletes the lock only while it holds ARGV[1]. Returns 1 if deleted, else 0.
-RELEASE_SCRIPT = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
 
-# KEYS[1] the lock key. ARGV[1] token, ARGV[2] new TTL ms.
-# Resets the TTL only while the lock holds ARGV[1]. Returns 1 if extended, else 0.
-EXTEND_SCRIPT = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
+class LockState(IntEnum):
+    """The codes of :data:`ACQUIRE_SCRIPT`."""
 
-ACQUIRED, HELD, PARKED = 0, 1, 2
+    #: The lock is ours (or the host needs no spacing).
+    ACQUIRED = 0
+    #: Another request holds the host's lock: wait and ask again.
+    HELD = 1
+    #: The host is parked (back-off, breaker, robots.txt): do not fetch.
+    PARKED = 2
 
 
 class HostParked(IgnoreRequest):
@@ -110,8 +96,9 @@ class HostParked(IgnoreRequest):
 
 
 class HostLock:
-    """The token lock of one crawl: ``SET NX PX`` with the host's spacing,
-    released or extended only by its owner (compare-on-token scripts).
+    """The per-host download lock of one crawl: a token lock
+    (:mod:`extensions.locks`) set ``NX PX`` with the host's spacing by a
+    script that reads the host record, released or extended only by its owner.
 
     The lock is never released after a download: its TTL *is* the spacing.
     It is held through the fetch (spacing + the download timeout) and cut to
@@ -129,10 +116,7 @@ class HostLock:
         self.prefix = prefix
         self.quiet_ms = quiet_ms
         self.frontier = keys.FrontierKeys(prefix)
-
-    @staticmethod
-    def new_token() -> str:
-        return secrets.token_hex(16)
+        self.tokens = TokenLock(client)
 
     async def acquire(
         self,
@@ -141,25 +125,21 @@ class HostLock:
         token: str,
         default_ms: int,
         hold_ms: int = 0,
-    ) -> tuple[int, int, int]:
-        """One round trip: ``(code, ms, fails)`` as the script documents."""
+    ) -> tuple[LockState, int, int]:
+        """One round trip: ``(state, ms, fails)`` as the script documents."""
         res = await script(self.client, ACQUIRE_SCRIPT)(
             keys=[keys.host_lock(self.prefix, lock_id), self.frontier.host(hostkey)],
             args=[token, int(default_ms), int(self.quiet_ms), int(hold_ms)],
         )
-        return int(res[0]), int(res[1]), int(res[2])
+        return LockState(int(res[0])), int(res[1]), int(res[2])
 
     async def release(self, lock_id: str, token: str) -> bool:
-        res = await script(self.client, RELEASE_SCRIPT)(
-            keys=[keys.host_lock(self.prefix, lock_id)], args=[token]
-        )
-        return bool(res)
+        return await self.tokens.release(keys.host_lock(self.prefix, lock_id), token)
 
     async def extend(self, lock_id: str, token: str, ttl_ms: int) -> bool:
-        res = await script(self.client, EXTEND_SCRIPT)(
-            keys=[keys.host_lock(self.prefix, lock_id)], args=[token, int(ttl_ms)]
+        return await self.tokens.extend(
+            keys.host_lock(self.prefix, lock_id), token, ttl_ms
         )
-        return bool(res)
 
 
 class PolitenessMiddleware:
@@ -260,7 +240,7 @@ class PolitenessMiddleware:
         return ip
 
     async def process_request(self, request: Request) -> Request | None:
-        if request.meta.get("dont_politeness") or not request.url.startswith(
+        if request.meta.get(meta.DONT_POLITENESS) or not request.url.startswith(
             ("http://", "https://")
         ):
             return None
@@ -279,7 +259,7 @@ class PolitenessMiddleware:
     ) -> Request | None:
         stats = self.crawler.stats
         assert stats is not None
-        token = HostLock.new_token()
+        token = new_token()
         started = monotonic()
         waits = 0
         while True:
@@ -290,7 +270,7 @@ class PolitenessMiddleware:
                 ),
                 "the host lock",
             )
-            if code == ACQUIRED:
+            if code == LockState.ACQUIRED:
                 if not self._has_capacity(request):
                     # The local slot filled while we were in Redis: give the
                     # window back rather than start late.
@@ -298,12 +278,14 @@ class PolitenessMiddleware:
                         await self.lock.release(lock_id, token)
                     continue
                 break
-            if ms > self.max_wait_ms and request.meta.get("dont_defer"):
+            if ms > self.max_wait_ms and request.meta.get(meta.DONT_DEFER):
                 stats.inc_value("politeness/parked_refused")
                 raise HostParked(f"{hostkey} parked or spaced for {ms} ms")
-            deferrals = int(request.meta.get("politeness_deferrals", 0))
+            deferrals = int(request.meta.get(meta.POLITENESS_DEFERRALS, 0))
             if ms > self.max_wait_ms and deferrals < self.max_deferrals:
-                reason = "parked" if code == PARKED else "spaced"
+                reason = (
+                    Deferral.PARKED if code == LockState.PARKED else Deferral.SPACED
+                )
                 stats.inc_value(f"politeness/deferred/{reason}")
                 logger.debug(
                     "Host %s %s for %d ms: %s goes back to the scheduler",
@@ -318,7 +300,7 @@ class PolitenessMiddleware:
             stats.inc_value("politeness/lock_wait_ms", waited_ms)
             stats.max_value("politeness/lock_wait_ms_max", waited_ms)
         stats.inc_value("politeness/lock_acquired")
-        request.meta["politeness_lock"] = {
+        request.meta[meta.POLITENESS_LOCK] = {
             "id": lock_id,
             "host": hostkey,
             "token": token,
@@ -338,7 +320,7 @@ class PolitenessMiddleware:
         # The server had the request before it answered: the spacing can run
         # from the response headers, not from after the body and the other
         # middlewares (a busy worker would add its own lag to every interval).
-        held = request.meta.get("politeness_lock")
+        held = request.meta.get(meta.POLITENESS_LOCK)
         if held and held.get("spacing_ms") and not held.get("released"):
             task = asyncio.ensure_future(self._fetched(request))
             self._tasks.add(task)
@@ -346,7 +328,7 @@ class PolitenessMiddleware:
 
     async def _fetched(self, request: Request) -> None:
         """The fetch is over: the lock now lasts one spacing from here."""
-        held = request.meta.get("politeness_lock")
+        held = request.meta.get(meta.POLITENESS_LOCK)
         if not held or not held.get("spacing_ms") or held.get("released"):
             return
         held["released"] = True
@@ -385,7 +367,7 @@ class PolitenessMiddleware:
             freed.set()
 
     def _reached_downloader(self, request: Request) -> None:
-        if "politeness_lock" not in request.meta:
+        if meta.POLITENESS_LOCK not in request.meta:
             return
         slot = self._slot(request)
         if slot is not None and (slot.delay or slot.jitter):

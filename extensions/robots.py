@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
@@ -25,10 +25,12 @@ from scrapy.http import Request
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from extensions import config, defaults, keys
+from extensions import config, defaults, keys, meta
 from extensions.connection import async_client, retry_redis
-from extensions.hosts import deferred_copy, host_key, park_host, script, write_delay
-from extensions.politeness import RELEASE_SCRIPT, HostParked
+from extensions.hosts import Deferral, HostRecords, deferred_copy, host_key
+from extensions.locks import TokenLock, new_token
+from extensions.politeness import HostParked
+from extensions.scripts import LUA_NOW_MS, script, server_now_ms
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -52,10 +54,10 @@ UNREACHABLE = 0
 # Stores status, body, fetched_at and expires (epoch ms, Redis clock) and the
 # consecutive failures in ``failures``; a failure expires after ARGV[5]
 # doubled per failure in a row, capped by ARGV[6]. Returns {failures, TTL ms}.
-STORE_SCRIPT = """
-redis.replicate_commands()
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+STORE_SCRIPT = (
+    LUA_NOW_MS
+    + """
+local now = now_ms()
 local failures = 0
 local ttl = tonumber(ARGV[3])
 if ARGV[4] == '1' then
@@ -69,23 +71,34 @@ redis.call('HSET', KEYS[1], 'status', ARGV[1], 'body', ARGV[2],
 redis.call('PEXPIRE', KEYS[1], math.max(ttl, tonumber(ARGV[6])) * 2)
 return {failures, ttl}
 """
+)
 
 
-def classify(status: int) -> str:
-    """RFC 9309's status classes: ``parse``, ``allow`` (unavailable) or
-    ``disallow`` (unreachable: retry later).
+class Verdict(StrEnum):
+    """What RFC 9309 makes of a robots.txt fetch, by its status."""
 
-    >>> [classify(s) for s in (200, 206, 301, 404, 410)]
+    #: 2xx: the file rules; parse it.
+    PARSE = "parse"
+    #: Unavailable (4xx, a redirect not followed): everything is allowed.
+    ALLOW = "allow"
+    #: Unreachable (5xx, 429, no answer): nothing is allowed; retry later.
+    DISALLOW = "disallow"
+
+
+def classify(status: int) -> Verdict:
+    """RFC 9309's status classes.
+
+    >>> [classify(s).value for s in (200, 206, 301, 404, 410)]
     ['parse', 'parse', 'allow', 'allow', 'allow']
-    >>> [classify(s) for s in (429, 500, 503, UNREACHABLE)]
+    >>> [classify(s).value for s in (429, 500, 503, UNREACHABLE)]
     ['disallow', 'disallow', 'disallow', 'disallow']
     """
     if 200 <= status < 300:
-        return "parse"
+        return Verdict.PARSE
     # RFC 9309 2.3.1.4: 429 is in practice a server error (Google does so).
     if status == 429 or status >= 500 or status == UNREACHABLE:
-        return "disallow"
-    return "allow"
+        return Verdict.DISALLOW
+    return Verdict.ALLOW
 
 
 @dataclass(slots=True)
@@ -98,7 +111,7 @@ class RobotsEntry:
     retry_in: float = 0.0  # seconds until an unreachable robots.txt is retried
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         return classify(self.status)
 
 
@@ -130,8 +143,8 @@ class SharedRobotsTxtMiddleware:
 
     Keys: ``web:robots:<host>`` (HASH: ``status``, raw ``body``,
     ``fetched_at``, ``expires``, ``failures``) and ``web:robots:fetch:<host>``
-    (a token lock, ``SET NX PX``, so one worker fetches while the others poll
-    the cache). Each worker keeps parsed entries in memory until the entry's
+    (a token lock of :mod:`extensions.locks`, so one worker fetches while the
+    others poll the cache). Each worker keeps parsed entries in memory until the entry's
     expiry; a parser object never goes to Redis.
 
     Per RFC 9309: 2xx is parsed (the first ``ROBOTS_MAX_SIZE`` bytes);
@@ -205,6 +218,14 @@ class SharedRobotsTxtMiddleware:
             self._client = async_client(self.crawler)
         return self._client
 
+    @property
+    def records(self) -> HostRecords:
+        return HostRecords(self.client, self.prefix)
+
+    @property
+    def fetch_lock(self) -> TokenLock:
+        return TokenLock(self.client)
+
     async def process_request(self, request: Request) -> Request | None:
         if ROBOTS_BYTES_META in request.meta and not self._in_scope(request.url):
             # Our robots.txt fetch redirected out of the crawl's scope: not
@@ -218,13 +239,15 @@ class SharedRobotsTxtMiddleware:
         assert stats is not None
         entry = await self.entry(host_key(request))
         verdict = entry.verdict
-        if verdict == "allow" or (entry.parser is None and verdict == "parse"):
+        if verdict is Verdict.ALLOW or (
+            entry.parser is None and verdict is Verdict.PARSE
+        ):
             return None
-        if verdict == "disallow":
-            deferrals = int(request.meta.get("politeness_deferrals", 0))
+        if verdict is Verdict.DISALLOW:
+            deferrals = int(request.meta.get(meta.POLITENESS_DEFERRALS, 0))
             if deferrals < self.max_deferrals:
                 stats.inc_value("robotstxt/deferred")
-                return deferred_copy(request, "robots")
+                return deferred_copy(request, Deferral.ROBOTS)
             stats.inc_value("robotstxt/unreachable_dropped")
             raise IgnoreRequest("robots.txt unreachable")
         assert entry.parser is not None
@@ -262,7 +285,7 @@ class SharedRobotsTxtMiddleware:
         raw = await self.client.hgetall(keys.robots(self.prefix, hostkey))
         if not raw or b"status" not in raw:
             return None
-        now_ms = await self._now_ms()
+        now_ms = await server_now_ms(self.client)
         expires_ms = int(raw.get(b"expires", b"0"))
         body = raw.get(b"body", b"")
         body = body.encode() if isinstance(body, str) else bytes(body)
@@ -274,13 +297,9 @@ class SharedRobotsTxtMiddleware:
             (expires_ms - now_ms) / 1000,
         )
 
-    async def _now_ms(self) -> int:
-        sec, usec = await self.client.time()
-        return int(sec) * 1000 + int(usec) // 1000
-
     def _entry(self, status: int, body: bytes, ttl: float) -> RobotsEntry:
         parser = None
-        if classify(status) == "parse":
+        if classify(status) is Verdict.PARSE:
             parser = build_from_crawler(
                 self._parserimpl, self.crawler, body[: self.max_size]
             )
@@ -298,8 +317,8 @@ class SharedRobotsTxtMiddleware:
             if cached is not None:
                 stats.inc_value("robotstxt/cache_hit")
                 return cached
-            token = secrets.token_hex(16)
-            if await self.client.set(lock_key, token, nx=True, px=lock_ms):
+            token = new_token()
+            if await self.fetch_lock.acquire(lock_key, token, lock_ms):
                 try:
                     # Check again under the lock: another worker may have
                     # stored the file between our cache miss and our SET NX.
@@ -309,9 +328,7 @@ class SharedRobotsTxtMiddleware:
                         return cached
                     return await self._fetch(hostkey)
                 finally:
-                    await script(self.client, RELEASE_SCRIPT)(
-                        keys=[lock_key], args=[token]
-                    )
+                    await self.fetch_lock.release(lock_key, token)
             # Another worker is fetching: poll the cache, gently.
             stats.inc_value("robotstxt/fetch_waits")
             await asyncio.sleep(poll)
@@ -336,7 +353,7 @@ class SharedRobotsTxtMiddleware:
                 "download_warnsize": 0,
                 "dont_retry": True,
                 # A parked host fails this fetch (HostParked), never defers it.
-                "dont_defer": True,
+                meta.DONT_DEFER: True,
             },
         )
         stats.inc_value("robotstxt/request_count")
@@ -355,11 +372,21 @@ class SharedRobotsTxtMiddleware:
             logger.info("robots.txt of %s unreachable: %s", hostkey, exc)
             stats.inc_value(f"robotstxt/exception_count/{type(exc).__name__}")
             status, body = UNREACHABLE, b""
+        return await self.record(hostkey, status, body)
+
+    async def record(self, hostkey: str, status: int, body: bytes) -> RobotsEntry:
+        """What the fetching worker does with the answer to a robots.txt
+        request (``status`` :data:`UNREACHABLE`: none came): RFC 9309's status
+        classes, the ``ROBOTS_MAX_SIZE`` cut, the host's delay and sitemaps,
+        the raw file in the shared cache, and a park of the host when the file
+        is unreachable. Returns the host's entry, as :meth:`entry` would."""
+        stats = self.crawler.stats
+        assert stats is not None
         if 300 <= status < 400:
             status, body = 404, b""  # a redirect not followed: unavailable
         stats.inc_value(f"robotstxt/response_status_count/{status}")
         body = body[: self.max_size]
-        failure = classify(status) == "disallow"
+        failure = classify(status) is Verdict.DISALLOW
         if failure:
             stats.inc_value("robotstxt/failures")
         early = self._entry(status, body, 0.0)
@@ -385,10 +412,9 @@ class SharedRobotsTxtMiddleware:
                 "retry in %.0f s",
                 hostkey, status or "unreachable", int(failures), ttl,
             )  # fmt: skip
-            await park_host(
-                self.client, keys.FrontierKeys(self.prefix).host(hostkey), int(ttl_ms)
-            )
-        return self._entry(status, body, ttl)
+            await self.records.park(hostkey, int(ttl_ms))
+        # The file parsed above, valid for its TTL from now (parsed once).
+        return RobotsEntry(status, early.parser, time.monotonic() + ttl, ttl)
 
     def _on_bytes(self, data: bytes, request: Request, **_: Any) -> None:
         """Stop a robots.txt download once ``ROBOTS_MAX_SIZE`` bytes arrived;
@@ -430,15 +456,14 @@ class SharedRobotsTxtMiddleware:
             assert stats is not None
             stats.inc_value("robotstxt/crawl_delay_capped")
             delay = self.delay_max
-        record = keys.FrontierKeys(self.prefix).host(hostkey)
         if delay > 0:
             spacing = round(max(delay, self.download_delay) * 1000)
-            await write_delay(self.client, record, spacing)
+            await self.records.set_delay(hostkey, spacing)
             # The robots.txt fetch itself was a request to the host, spaced by
             # the delay known before it: the next one must wait the new delay.
-            await park_host(self.client, record, spacing)
+            await self.records.park(hostkey, spacing)
         else:
-            await write_delay(self.client, record, None)
+            await self.records.set_delay(hostkey, None)
         if self.sitemap_seeds and rp is not None:
             found = list(getattr(rp, "sitemaps", ()))
             # A sitemap seeds the crawl: it obeys the crawl's scope like a link.

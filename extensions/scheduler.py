@@ -44,6 +44,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import signals
@@ -52,16 +53,15 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.defer import Deferred
 
-from extensions import config, defaults
+from extensions import config, defaults, meta
 from extensions.canonical import canonicalize_url
 from extensions.connection import (
     FATAL_REDIS_ERRORS,
     TRANSIENT_REDIS_ERRORS,
     async_client,
 )
-from extensions.frontier import Frontier, QueuedRequest
+from extensions.frontier import Frontier, QueuedRequest, Worker
 from extensions.hosts import host_key
-from extensions.keys import crawl_patterns
 from extensions.scoring import LocalHostCounts
 from extensions.serialization import (
     CorruptEntry,
@@ -81,8 +81,6 @@ logger = logging.getLogger(__name__)
 
 # Finish reason of a crawl stopped because Redis refused its credentials.
 REDIS_AUTH_REASON = "redis_auth"
-
-LEASE_META = "frontier_lease"
 # Leases are not renewed past this age: a request whose outcome never comes
 # (a bug, a lost signal) is then reclaimed instead of being held forever.
 MAX_LEASE_AGE = 3600.0
@@ -98,6 +96,21 @@ async def _maybe_await(result: Any) -> Any:
     return result
 
 
+class Stage(Enum):
+    """Where an outbox batch is on its way to Redis; a Redis failure retries
+    the batch from its stage (``RedisScheduler._sync_out``)."""
+
+    #: Serialized and scored, not yet written anywhere.
+    NEW = "new"
+    #: Written ahead (:meth:`Frontier.log_ahead`): a live worker queues it
+    #: should this one die before the commit.
+    LOGGED = "logged"
+    #: Sent to the dupefilter, whose answer was lost: queue the batch whole.
+    UNCERTAIN = "uncertain"
+    #: Filtered by the dupefilter: ``queued`` holds what to commit.
+    DEDUPED = "deduped"
+
+
 @dataclass
 class _Batch:
     """An outbox batch on its way to Redis (see ``RedisScheduler._sync_out``)."""
@@ -105,7 +118,7 @@ class _Batch:
     candidates: list[tuple[Request, QueuedRequest]]
     acks: list[str]
     entry: str
-    stage: str = "new"  # new -> logged -> (uncertain ->) deduped -> committed
+    stage: Stage = Stage.NEW
     queued: list[QueuedRequest] = field(default_factory=list)
 
 
@@ -181,6 +194,7 @@ class RedisScheduler(BaseScheduler):
         # the requests through the dupefilter again (they are marked seen).
         self._pending: _Batch | None = None
         self._warned_unserializable = False
+        self._wake_warned = False
         self._warned_poison = False
         self._beaten = False  # this worker is in the workers ZSET
         self._failing: dict[str, int] = {}  # stage -> failures in a row
@@ -192,32 +206,46 @@ class RedisScheduler(BaseScheduler):
     # -- Scrapy's scheduler contract ------------------------------------------
 
     def open(self, spider: Spider) -> Deferred[None]:
+        return deferred_from_coro(self.open_async(spider))
+
+    async def open_async(self, spider: Spider) -> None:
+        """Open the frontier and the dupefilter; start the background task."""
         self.spider = spider
-        self.frontier = Frontier(async_client(self.crawler), spider.name)
+        self.client = async_client(self.crawler)
+        self.frontier = Frontier(
+            self.client,
+            spider.name,
+            Worker(
+                self.worker,
+                int(self.lease_timeout * 1000),
+                self.default_delay_ms,
+                self.backoff_quiet_ms,
+            ),
+        )
         sig = self.crawler.signals
         sig.connect(self._on_items_stored, signal=items_stored)
         sig.connect(self._on_item_finished, signal=signals.item_dropped)
         sig.connect(self._on_item_finished, signal=signals.item_error)
         sig.connect(self._on_spider_error, signal=signals.spider_error)
         sig.connect(self._on_request_dropped, signal=signals.request_dropped)
-        return deferred_from_coro(self._open())
-
-    async def _open(self) -> None:
         if self.flush_on_start:
             await self._retrying(self._flush_keys)
         await _maybe_await(self.dupefilter.open())
         logger.info(
             "Frontier %r opened as worker %s (persist=%s)",
-            self.frontier.keys.prefix if self.frontier else "",
+            self.spider.name if self.spider else "",
             self.worker,
             self.persist,
         )
         self._task = asyncio.ensure_future(self._run())
 
     def close(self, reason: str) -> Deferred[None]:
-        return deferred_from_coro(self._close(reason))
+        return deferred_from_coro(self.close_async(reason))
 
-    async def _close(self, reason: str) -> None:
+    async def close_async(self, reason: str) -> None:
+        """Stop the background task, hand back unstarted leases, push what is
+        left and close the dupefilter (and flush the crawl's keys unless it
+        persists)."""
         self._closing = True
         self._wakeup.set()
         if self._task is not None:
@@ -233,12 +261,7 @@ class RedisScheduler(BaseScheduler):
         await self._retrying(self._sync_out, limit=5)
         if self._pending is None:
             # Nothing written ahead is left: no one needs to recover us.
-            await self._retrying(
-                self.frontier.client.zrem,
-                self.frontier.keys.workers,
-                self.worker,
-                limit=2,
-            )
+            await self._retrying(self.frontier.retire, limit=2)
         if self._memory:
             logger.warning(
                 "%s requests that cannot be stored in Redis are lost on close",
@@ -247,7 +270,7 @@ class RedisScheduler(BaseScheduler):
         await _maybe_await(self.dupefilter.close(reason))
         if not self.persist:
             await self._retrying(self._flush_keys, limit=5)
-        await self.frontier.client.aclose()
+        await self.client.aclose()
 
     def has_pending_requests(self) -> bool:
         # A paused fleet is not finished: never close for idleness meanwhile.
@@ -267,7 +290,7 @@ class RedisScheduler(BaseScheduler):
         canonical = canonicalize_url(request.url)
         if canonical != request.url:
             request = request.replace(url=canonical)
-        parent = request.meta.pop(LEASE_META, None)
+        parent = request.meta.pop(meta.FRONTIER_LEASE, None)
         if parent is not None:
             # A redirect or retry of a leased request: the lease is handed
             # over in the script that queues this request.
@@ -282,7 +305,7 @@ class RedisScheduler(BaseScheduler):
         if self._buffer:
             lease, request = self._buffer.popleft()
             self._held[lease] = time.monotonic()
-            request.meta[LEASE_META] = lease
+            request.meta[meta.FRONTIER_LEASE] = lease
             self.stats.inc_value("scheduler/dequeued/redis")
             self.stats.inc_value("scheduler/dequeued")
             return request
@@ -317,10 +340,10 @@ class RedisScheduler(BaseScheduler):
 
     def _on_spider_error(self, failure: Any, response: Any, **_: Any) -> None:
         if response is not None:
-            self._ack(response.meta.get(LEASE_META))
+            self._ack(response.meta.get(meta.FRONTIER_LEASE))
 
     def _on_request_dropped(self, request: Request, **_: Any) -> None:
-        self._ack(request.meta.get(LEASE_META))
+        self._ack(request.meta.get(meta.FRONTIER_LEASE))
 
     # -- the background task --------------------------------------------------
 
@@ -459,15 +482,15 @@ class RedisScheduler(BaseScheduler):
                 acks, self._acks = self._acks, []
                 self._pending = self._prepare(batch, acks)
             p = self._pending
-            if p.stage == "new":
+            if p.stage is Stage.NEW:
                 if p.candidates:
                     await self.frontier.log_ahead(
                         self.worker, p.entry, [q for _, q in p.candidates]
                     )
-                p.stage = "logged"
-            if p.stage == "logged":
+                p.stage = Stage.LOGGED
+            if p.stage is Stage.LOGGED:
                 checked = [r for r, _ in p.candidates if not r.dont_filter]
-                p.stage = "uncertain"
+                p.stage = Stage.UNCERTAIN
                 seen = iter(
                     await self.dupefilter.requests_seen(checked) if checked else []
                 )
@@ -479,11 +502,11 @@ class RedisScheduler(BaseScheduler):
                         )
                     else:
                         p.queued.append(queued)
-                p.stage = "deduped"
-            if p.stage == "uncertain":
+                p.stage = Stage.DEDUPED
+            if p.stage is Stage.UNCERTAIN:
                 self.stats.inc_value("scheduler/dedup_uncertain", len(p.candidates))
                 p.queued = [q for _, q in p.candidates]
-                p.stage = "deduped"
+                p.stage = Stage.DEDUPED
             wal = (self.worker, p.entry) if p.candidates else None
             added, acked = await self.frontier.commit(p.queued, p.acks, wal)
             self._pending = None
@@ -540,13 +563,7 @@ class RedisScheduler(BaseScheduler):
     async def _refill(self) -> None:
         assert self.frontier is not None
         want = min(self.batch_size, self.buffer_size - len(self._buffer))
-        batch = await self.frontier.lease(
-            want,
-            self.worker,
-            int(self.lease_timeout * 1000),
-            self.default_delay_ms,
-            backoff_quiet_ms=self.backoff_quiet_ms,
-        )
+        batch = await self.frontier.lease(want)
         self._remote_ready = batch.hosts_ready
         self._remote_leases = batch.leases_outstanding
         if batch.paused != self.paused:
@@ -597,17 +614,13 @@ class RedisScheduler(BaseScheduler):
 
     async def _heartbeat(self) -> None:
         assert self.frontier is not None
-        sec, usec = await self.frontier.client.time()
-        await self.frontier.client.zadd(
-            self.frontier.keys.workers,
-            {self.worker: int(sec) * 1000 + int(usec) // 1000},
-        )
+        await self.frontier.beat()
         self._beaten = True
         now = time.monotonic()
         renew = [lease for lease, t in self._held.items() if now - t < MAX_LEASE_AGE]
         renew += [lease for lease, _ in self._buffer]
         if renew:
-            await self.frontier.extend(renew, int(self.lease_timeout * 1000))
+            await self.frontier.extend(renew)
         self._remote_ready, self._remote_leases = await self.frontier.counts()
 
     async def _recover(self) -> None:
@@ -639,11 +652,7 @@ class RedisScheduler(BaseScheduler):
 
     async def _flush_keys(self) -> None:
         assert self.frontier is not None and self.spider is not None
-        client = self.frontier.client
-        deleted = 0
-        for pattern in crawl_patterns(self.spider.name):
-            async for key in client.scan_iter(match=pattern, count=1000):
-                deleted += await client.unlink(key)
+        deleted = await self.frontier.flush()
         logger.info("Flushed %s keys of crawl %r", deleted, self.spider.name)
 
     async def _retrying(
@@ -667,15 +676,28 @@ class RedisScheduler(BaseScheduler):
                 await asyncio.sleep(self._redis_failed(exc))
 
     def _wake_engine(self) -> None:
-        # The engine polls the scheduler after each response and every 5 s
-        # (its heartbeat); requests that arrive from Redis in between would
-        # wait for that heartbeat. Scrapy has no public call to ask for an
-        # earlier poll, so schedule the engine's own next call when it exists.
+        """Ask the engine to poll the scheduler now.
+
+        The engine polls after each response and every 5 s (its heartbeat);
+        requests that arrive from Redis in between would wait for that
+        heartbeat. Scrapy has no public call for an earlier poll, so this
+        schedules the engine's own next call (``ExecutionEngine._slot.nextcall``,
+        private): the one place webcrawl touches Scrapy's insides. Should a
+        Scrapy release rename it, requests wait for the heartbeat (slower,
+        never wrong) and this says so once.
+        """
         try:
             engine = self.crawler.engine
         except RuntimeError:  # not crawling (yet): nothing to wake
             return
-        slot = getattr(engine, "_slot", None)
-        nextcall = getattr(slot, "nextcall", None)
+        if engine is None:
+            return
+        nextcall = getattr(getattr(engine, "_slot", None), "nextcall", None)
         if nextcall is not None:
             nextcall.schedule()
+        elif not self._wake_warned:
+            self._wake_warned = True
+            logger.warning(
+                "This Scrapy's engine has no _slot.nextcall: requests leased "
+                "from Redis wait for the engine's heartbeat (up to 5 s)"
+            )

@@ -37,6 +37,7 @@ from scrapy import Request
 
 from extensions.frontier import PRIORITY_MAX, PRIORITY_MIN
 from extensions.keys import invalid_start_urls, start_urls
+from extensions.scripts import script
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -201,12 +202,11 @@ class SeedList:
         self.key = start_urls(prefix)
         self.invalid_key = invalid_start_urls(prefix)
         self.max_url_length = max_url_length
-        self._take = client.register_script(TAKE_LUA)
 
     async def take(self, n: int) -> tuple[list[Seed], list[tuple[bytes, str]]]:
         """Up to ``n`` seeds, oldest first, and the invalid entries with their
         reasons (already moved to the invalid list)."""
-        raw = await self._take(keys=[self.key], args=[n])
+        raw = await script(self.client, TAKE_LUA)(keys=[self.key], args=[n])
         seeds: list[Seed] = []
         invalid: list[tuple[bytes, str]] = []
         for entry in raw:

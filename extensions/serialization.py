@@ -25,6 +25,8 @@ from typing import Any
 from scrapy import Request, Spider
 from scrapy.utils.request import request_from_dict
 
+from extensions.meta import FRONTIER_LEASE
+
 # Values equal to these are not stored (Request's own defaults).
 _DEFAULTS: dict[str, Any] = {
     "callback": None,
@@ -56,7 +58,7 @@ _SHORT = {
 }
 _LONG = {v: k for k, v in _SHORT.items()}
 # Meta keys never stored: per-attempt state that must not survive a re-queue.
-TRANSIENT_META = frozenset({"download_slot", "download_latency", "frontier_lease"})
+TRANSIENT_META = frozenset({"download_slot", "download_latency", FRONTIER_LEASE})
 
 
 # The request classes a queued entry may name (``_class``): the ones Scrapy

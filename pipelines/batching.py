@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pipelines.processing import content_hash, extract, header_values, simhash
+from pipelines.processing import extract, fingerprints, header_values
 from pipelines.stores.base import BatchResult, PageStore, TransientStoreError
 
 if TYPE_CHECKING:
@@ -154,7 +154,8 @@ def prepare_page(
         return page
     is_html = ctype is None or any(t in ctype.lower() for t in _HTML_TYPES)
     if is_html:
-        ex = extract(body, meta["final_url"], headers, item.encoding)
+        # The spider parsed the page already (links, robots meta): one parse.
+        ex = item.extracted or extract(body, meta["final_url"], headers, item.encoding)
         words = len(ex.text.split())
         page.words = words
         page.links = ex.links
@@ -171,9 +172,9 @@ def prepare_page(
             text_length=len(ex.text),
         )
         if words:
-            page.content_hash = content_hash(ex.text)
-        if words >= near_min_words:
-            page.simhash = simhash(ex.text)
+            page.content_hash, near = fingerprints(ex.text)
+            if words >= near_min_words:
+                page.simhash = near
         if ex.noindex:
             return page
     else:
@@ -294,12 +295,6 @@ class PageBatcher:
         # Wake the writer on the first page (it starts the flush timer) and
         # on a full batch.
         if len(self._buffer) == 1 or len(self._buffer) >= self.batch_size:
-            self._wake.set()
-
-    def flush_soon(self) -> None:
-        """Write what is buffered now, without waiting for a full batch."""
-        self._first_at = float("-inf")
-        if self._wake is not None:
             self._wake.set()
 
     async def close(self) -> list[PreparedPage]:

@@ -32,9 +32,11 @@ The settings (``NEARDUP_*``) are read by :mod:`pipelines.storage`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from extensions import keys
+from extensions.scripts import script
 from pipelines import defaults
 
 if TYPE_CHECKING:
@@ -50,9 +52,9 @@ if TYPE_CHECKING:
 # ARGV[4]  largest Hamming distance that is a near duplicate
 # ARGV[5]  most members read from one band (the newest)
 # ARGV[6]  most pages indexed (the cache's size)
-# Returns {kind, other page id, distance}: kind 0 = not a duplicate (the page
-# is indexed as an original, and the oldest page evicted when the cache is
-# over its size), 1 = exact duplicate, 2 = near duplicate.
+# Returns {kind, other page id, distance}; kind (a Match): 0 = not a
+# duplicate (the page is indexed as an original, and the oldest page evicted
+# when the cache is over its size), 1 = exact, 2 = near.
 CHECK_AND_ADD = """
 local id, sha, sh = ARGV[1], ARGV[2], ARGV[3]
 local maxd, maxc, cap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -176,6 +178,17 @@ EXACT = "exact"
 NEAR = "near"
 
 
+class Match(IntEnum):
+    """The codes of :data:`CHECK_AND_ADD`."""
+
+    #: Not a duplicate: the page is now indexed as an original.
+    ORIGINAL = 0
+    #: The same content hash as an indexed page.
+    EXACT = 1
+    #: A SimHash within the distance of an indexed page's.
+    NEAR = 2
+
+
 @dataclass(frozen=True)
 class Duplicate:
     """The page is a duplicate of ``of`` (a page id)."""
@@ -209,7 +222,6 @@ class DuplicateIndex:
         self.max_distance = max_distance
         self.max_candidates = max_candidates
         self.capacity = capacity
-        self._script = client.register_script(CHECK_AND_ADD)
 
     def script_args(
         self, page_id: str, content_hash: str | None, simhash: int | None
@@ -249,16 +261,18 @@ class DuplicateIndex:
         if not content_hash and simhash is None:
             return None
         k, args = self.script_args(page_id, content_hash, simhash)
-        kind, other, distance = await self._script(keys=k, args=args)
-        if int(kind) == 0:
+        code, other, distance = await script(self.client, CHECK_AND_ADD)(
+            keys=k, args=args
+        )
+        match = Match(int(code))
+        if match is Match.ORIGINAL:
             return None
-        return Duplicate(EXACT if int(kind) == 1 else NEAR, _text(other), int(distance))
+        if isinstance(other, bytes):
+            other = other.decode()
+        kind = EXACT if match is Match.EXACT else NEAR
+        return Duplicate(kind, str(other), int(distance))
 
     async def forget(self, page_id: str) -> None:
         """Drop the page's cached fingerprints: it turned out a duplicate of
         a stored page, so it must not be taken for an original."""
         await self.client.hdel(keys.simhash_pages(self.prefix), page_id)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -6,6 +6,10 @@ It lives with its consumer: the application's spider imports it from here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipelines.processing import Extracted
 
 
 @dataclass
@@ -20,6 +24,12 @@ class PageItem:
     ``fingerprint`` is the hex request fingerprint of the request that was
     scheduled (from ``crawler.request_fingerprinter``): the store derives its
     document ids from it, so a re-fetch replaces rather than duplicates.
+
+    ``extracted`` is what :func:`pipelines.processing.extract` found in
+    ``body`` when the spider already parsed it (links, robots directives):
+    the pipeline then uses it instead of parsing the page again. It lives in
+    the worker's memory only (never serialized): the item goes from the
+    spider to the pipeline in one process.
     """
 
     url: str
@@ -35,3 +45,4 @@ class PageItem:
     error: str | None = None
     lease: str | None = None
     worker: str | None = None
+    extracted: Extracted | None = field(default=None, repr=False, compare=False)

@@ -14,7 +14,7 @@ from scrapy.exceptions import DownloadConnectionRefusedError, NotConfigured
 from scrapy.http import HtmlResponse, Request
 from scrapy.statscollectors import MemoryStatsCollector
 
-from extensions import keys
+from extensions import keys, meta
 from extensions.backoff import BackoffMiddleware
 from tests.httpserver import LogServer, Reply, Route, crawl, reply
 from tests.utils import get_crawler
@@ -69,7 +69,7 @@ def test_escalation_doubles_caps_and_is_forgiven(
             await asyncio.sleep(seen[-1] / 1000 + 0.01)
             await hit()
             seen.append(int(redis_client.hget(RECORD, "backoff") or 0))
-        await mw.backoff.client.aclose()
+        await mw.records.client.aclose()
         return seen
 
     assert asyncio.run(main()) == [100, 100, 200, 350, 350]
@@ -82,7 +82,7 @@ def test_escalation_doubles_caps_and_is_forgiven(
 
     async def again() -> None:
         await mw2.process_response(req, HtmlResponse(req.url, status=429))
-        await mw2.backoff.client.aclose()
+        await mw2.records.client.aclose()
 
     asyncio.run(again())
     assert redis_client.hget(RECORD, "backoff") == b"100"
@@ -105,9 +105,9 @@ def test_breaker_opens_parks_and_closes(
         await mw.process_exception(req, ValueError("x"))
         assert redis_client.hget(RECORD, "fails") == b"4"
         # The probe after the cool-down answers (the lock put fails in meta).
-        probe = Request("http://a.test/y", meta={"politeness_lock": {"fails": 4}})
+        probe = Request("http://a.test/y", meta={meta.POLITENESS_LOCK: {"fails": 4}})
         await mw.process_response(probe, HtmlResponse(probe.url, status=200))
-        await mw.backoff.client.aclose()
+        await mw.records.client.aclose()
 
     asyncio.run(main())
     stats = mw.crawler.stats
@@ -128,7 +128,7 @@ def test_breaker_reopens_for_longer(redis_url: str, redis_client: redis.Redis) -
         await mw.process_exception(req, TimeoutError())
         redis_client.hset(RECORD, "park", 1)  # the cool-down has passed
         await mw.process_exception(req, TimeoutError())  # the probe fails
-        await mw.backoff.client.aclose()
+        await mw.records.client.aclose()
 
     asyncio.run(main())
     park = int(redis_client.hget(RECORD, "park") or 0)

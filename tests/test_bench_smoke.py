@@ -37,14 +37,6 @@ def test_full_sizes_mean_something() -> None:
     )
 
 
-def test_quick_sizes_fit_the_crawlers() -> None:
-    # The quick web is small enough for CI yet has robots.txt, several hosts
-    # and pages behind the root page.
-    assert run.QUICK.repeats == 1
-    assert run.QUICK.unthrottled.hosts > 1
-    assert len(run.QUICK.unthrottled.reachable_urls(1, True)) > 20
-
-
 @pytest.mark.slow
 def test_quick_run_prints_tables(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

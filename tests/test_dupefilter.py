@@ -37,7 +37,7 @@ def make_crawler(redis_url: str, **settings: Any) -> Crawler:
         "BLOOM_STATS_INTERVAL": 0,
     }
     crawler = get_crawler(Spider, settings_dict={**base, **settings})
-    crawler.spider = crawler._create_spider("web")
+    crawler.spider = Spider.from_crawler(crawler, name="web")
     crawler.stats.open_spider()
     return crawler
 

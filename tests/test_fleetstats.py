@@ -11,7 +11,7 @@ from scrapy import Request, Spider
 from scrapy.exceptions import NotConfigured
 
 from extensions.fleetstats import BUCKETS, FleetStats, fleet_view
-from extensions.frontier import Frontier, QueuedRequest
+from extensions.frontier import Frontier, QueuedRequest, Worker
 from extensions.keys import StatsKeys
 from extensions.serialization import request_to_bytes
 from tests.utils import get_crawler
@@ -98,16 +98,16 @@ def test_one_script_call_per_fold_and_the_fleet_adds_up(
 def test_paused_fleet_leases_nothing_until_resumed(redis_url: str) -> None:
     async def body() -> None:
         client = aredis.Redis.from_url(redis_url)
-        f = Frontier(client, "web")
+        f = Frontier(client, "web", Worker("w1", 60_000))
         await f.commit([q("http://a.test/1", "http://a.test:80")])
         assert await f.pause() is True
         assert await f.pause() is False  # already paused
-        got = await f.lease(10, "w1", 60_000, 0)
+        got = await f.lease(10)
         assert got.leases == [] and got.paused
         view = await f.overview()
         assert view.paused and view.queued == 1 and view.leased == 0
         assert await f.resume() is True
-        got = await f.lease(10, "w1", 60_000, 0)
+        got = await f.lease(10)
         assert len(got.leases) == 1 and not got.paused
         await client.aclose()
 
@@ -117,12 +117,12 @@ def test_paused_fleet_leases_nothing_until_resumed(redis_url: str) -> None:
 def test_overview_counts_hosts_by_state(redis_url: str) -> None:
     async def body() -> None:
         client = aredis.Redis.from_url(redis_url)
-        f = Frontier(client, "web")
+        f = Frontier(client, "web", Worker("w1", 60_000, default_delay_ms=60_000))
         hosts = ["http://a.test:80", "http://b.test:80", "http://c.test:80"]
         sizes = {hosts[0]: 2, hosts[1]: 1, hosts[2]: 3}
         await f.commit([q(f"{h}/{i}", h) for h, n in sizes.items() for i in range(n)])
         # a: leased now, so it waits out the delay; c: parked by its breaker.
-        await f.lease(1, "w1", 60_000, default_delay_ms=60_000)
+        await f.lease(1)
         sec, _ = await client.time()
         await client.hset(f.keys.host("http://c.test:80"), "park", (sec + 60) * 1000)
         await client.rpush(f.keys.poison, '{"reason": "test"}')

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import redis.asyncio as aredis
 from scrapy import Request
 
-from extensions.frontier import Frontier, QueuedRequest
+from extensions.frontier import Frontier, LeaseBatch, QueuedRequest, Worker
 from extensions.serialization import request_from_bytes, request_to_bytes
 
 if TYPE_CHECKING:
@@ -28,6 +28,19 @@ def run(redis_url: str, body: Callable[[Frontier], Awaitable[None]]) -> None:
     asyncio.run(main())
 
 
+def as_worker(
+    f: Frontier, worker: str, delay_ms: int = 0, quiet_ms: int = 1_800_000
+) -> Frontier:
+    """The frontier ``f`` as worker ``worker`` with 60 s leases."""
+    return Frontier(f.client, "web", Worker(worker, 60_000, delay_ms, quiet_ms))
+
+
+async def lease(
+    f: Frontier, count: int, worker: str, delay_ms: int, quiet_ms: int = 1_800_000
+) -> LeaseBatch:
+    return await as_worker(f, worker, delay_ms, quiet_ms).lease(count)
+
+
 def q(url: str, priority: int = 0, host: str = "http://a.test:80") -> QueuedRequest:
     return QueuedRequest(host, priority, request_to_bytes(Request(url)))
 
@@ -41,7 +54,7 @@ def test_priority_then_fifo(redis_url: str) -> None:
         await f.commit([q("http://a.test/1"), q("http://a.test/2", 5)])
         await f.commit([q("http://a.test/3"), q("http://a.test/4", 5)])
         await f.commit([q("http://a.test/5", -3), q("http://a.test/0")])
-        got = await f.lease(10, "w1", 60_000, 0)
+        got = await lease(f, 10, "w1", 0)
         assert urls(got.leases) == [
             "http://a.test/2",
             "http://a.test/4",
@@ -70,13 +83,13 @@ def test_host_delay_spaces_leases_and_reports_wait(redis_url: str) -> None:
         reqs = [q(f"http://a.test/{i}") for i in range(3)]
         reqs += [q(f"http://b.test/{i}", host="http://b.test:80") for i in range(3)]
         await f.commit(reqs)
-        first = await f.lease(10, "w1", 60_000, default_delay_ms=300)
+        first = await lease(f, 10, "w1", 300)
         # One request per host: each host must wait its delay for the next.
         assert sorted(urls(first.leases)) == ["http://a.test/0", "http://b.test/0"]
         assert 200 < first.wait_ms <= 300
-        assert (await f.lease(10, "w1", 60_000, 300)).leases == []
+        assert (await lease(f, 10, "w1", 300)).leases == []
         await asyncio.sleep(first.wait_ms / 1000 + 0.02)
-        second = await f.lease(10, "w2", 60_000, 300)
+        second = await lease(f, 10, "w2", 300)
         assert sorted(urls(second.leases)) == ["http://a.test/1", "http://b.test/1"]
 
     run(redis_url, body)
@@ -88,7 +101,7 @@ def test_host_record_delay_backoff_and_park(
     async def body(f: Frontier) -> None:
         await f.commit([q(f"http://a.test/{i}") for i in range(3)])
         await f.client.hset(f.keys.host("http://a.test:80"), mapping={"delay": 50})
-        got = await f.lease(10, "w1", 60_000, default_delay_ms=10_000)
+        got = await lease(f, 10, "w1", 10_000)
         assert len(got.leases) == 1 and got.wait_ms <= 50
         sec, _ = await f.client.time()
         await f.client.hset(
@@ -96,18 +109,18 @@ def test_host_record_delay_backoff_and_park(
             mapping={"backoff": 5000, "backoff_at": int(sec) * 1000},
         )
         await asyncio.sleep(0.06)
-        got = await f.lease(10, "w1", 60_000, 0)
+        got = await lease(f, 10, "w1", 0)
         assert len(got.leases) == 1 and 4000 < got.wait_ms <= 5000
         # A back-off raised longer ago than the quiet period is forgiven.
         await f.client.zadd(f.keys.ready, {"http://a.test:80": 0})
-        got = await f.lease(1, "w1", 60_000, 0, backoff_quiet_ms=1)
+        got = await lease(f, 1, "w1", 0, quiet_ms=1)
         assert len(got.leases) == 1 and got.wait_ms <= 50
         # A parked host is rescheduled for its park time, not handed out.
         sec, _ = await f.client.time()
         park = (int(sec) + 100) * 1000
         await f.client.hset(f.keys.host("http://a.test:80"), mapping={"park": park})
         await f.client.zadd(f.keys.ready, {"http://a.test:80": 0})
-        got = await f.lease(10, "w1", 60_000, 0)
+        got = await lease(f, 10, "w1", 0)
         assert got.leases == [] and got.wait_ms > 90_000
 
     run(redis_url, body)
@@ -116,7 +129,7 @@ def test_host_record_delay_backoff_and_park(
 def test_ack_release_and_expiry(redis_url: str) -> None:
     async def body(f: Frontier) -> None:
         await f.commit([q(f"http://a.test/{i}") for i in range(4)])
-        got = await f.lease(4, "w1", 60_000, 0)
+        got = await lease(f, 4, "w1", 0)
         ids = [i for i, _ in got.leases]
         # Acknowledged: gone for good.
         assert await f.commit(acks=ids[:1]) == (0, 1)
@@ -124,11 +137,11 @@ def test_ack_release_and_expiry(redis_url: str) -> None:
         assert await f.release(ids[1:2]) == 1
         # Expired: reclaimed by the next lease call of any worker.
         await f.client.zadd(f.keys.leases, {ids[2]: 0}, xx=True)
-        again = await f.lease(10, "w2", 60_000, 0)
+        again = await lease(f, 10, "w2", 0)
         assert again.reclaimed == 1
         assert urls(again.leases) == ["http://a.test/1", "http://a.test/2"]
         # Extending a reclaimed lease does not resurrect it.
-        assert await f.extend([ids[2], ids[3]], 60_000) == 1
+        assert await as_worker(f, "w1").extend([ids[2], ids[3]]) == 1
         assert await f.client.zcard(f.keys.leases) == 3
 
     run(redis_url, body)
@@ -137,8 +150,8 @@ def test_ack_release_and_expiry(redis_url: str) -> None:
 def test_handover_is_atomic_with_the_push(redis_url: str) -> None:
     async def body(f: Frontier) -> None:
         await f.commit([q("http://a.test/old")])
-        (lease, _member), *_ = (await f.lease(1, "w1", 60_000, 0)).leases
-        added, acked = await f.commit([q("http://a.test/new")], [lease])
+        (lease_id, _member), *_ = (await lease(f, 1, "w1", 0)).leases
+        added, acked = await f.commit([q("http://a.test/new")], [lease_id])
         assert (added, acked) == (1, 1)
         assert await f.counts() == (1, 0)
 
@@ -190,7 +203,7 @@ def test_write_ahead_of_a_dead_worker_is_queued_again(redis_url: str) -> None:
         await f.log_ahead("dead", "e1", [q("http://a.test/1"), q("http://a.test/2")])
         await f.log_ahead("alive", "e2", [q("http://a.test/3")])
         assert await f.recover(dead_after_ms=60_000) == (2, 0)
-        got = await f.lease(10, "w", 60_000, 0)
+        got = await lease(f, 10, "w", 0)
         assert urls(got.leases) == ["http://a.test/1", "http://a.test/2"]
         assert await f.client.exists(f.keys.wal("dead")) == 0
         # A committed batch leaves nothing to recover.

@@ -197,7 +197,7 @@ def test_a_broken_seed_list_is_reported_and_polling_goes_on(
         "BLOOM_CAPACITY": 1_000_000,
         "DOWNLOAD_DELAY": 0.02,
         "LOG_LEVEL": "INFO",
-        # The sandbox web listens on loopback (webcrawl.localcrawl does the same).
+        # The sandbox web listens on loopback (demo.localcrawl does the same).
         "ALLOW_PRIVATE_ADDRESSES": True,
     }
     try:

@@ -18,7 +18,7 @@ import pytest
 import redis.asyncio as aredis
 from scrapy import Request, Spider
 
-from extensions.frontier import Frontier, QueuedRequest
+from extensions.frontier import Frontier, QueuedRequest, Worker
 from extensions.scoring import LocalHostCounts, seed_priority
 from extensions.seeds import (
     SEED_USER_META_MAX,
@@ -233,7 +233,7 @@ def test_malformed_write_ahead_is_quarantined_not_fatal(redis_url: str) -> None:
         bad = json.dumps([["http://a.test:80", 0, "http://a.test/2"], [1, "x"], 5])
         await f.client.hset(f.keys.wal("ghost"), "e4", bad)
         assert await f.recover(dead_after_ms=60_000) == (2, 3)
-        got = await f.lease(10, "w", 60_000, 0)
+        got = await Frontier(f.client, "web", Worker("w", 60_000)).lease(10)
         assert sorted(request_from_bytes(m).url for _, m in got.leases) == [
             "http://a.test/2",
             "http://a.test/ok",
@@ -268,7 +268,7 @@ def test_malformed_lease_record_and_wrong_typed_queue_are_set_aside(
         # A host whose queue is a string, scheduled before the good host.
         await f.client.set(f.keys.queue("http://b.test:80"), "oops")
         await f.client.zadd(f.keys.ready, {"http://b.test:80": 0})
-        got = await f.lease(10, "w", 60_000, 0)
+        got = await Frontier(f.client, "web", Worker("w", 60_000)).lease(10)
         assert [request_from_bytes(m).url for _, m in got.leases] == ["http://a.test/1"]
         assert got.poisoned == 2
         reasons = [r["reason"] for r in await poison_records(f)]
@@ -301,7 +301,7 @@ def test_wrong_typed_keys_are_set_aside_when_queueing(redis_url: str) -> None:
         reasons = [r["reason"] for r in await poison_records(f)]
         assert len(reasons) == 2
         assert all("WRONGTYPE" in r for r in reasons)
-        got = await f.lease(10, "w", 60_000, 0)
+        got = await Frontier(f.client, "web", Worker("w", 60_000)).lease(10)
         assert [m for _, m in got.leases] == [b"http://c.test/1"]
         assert await f.client.lrange(f"{f.keys.poison}:{f.keys.host(host)}", 0, -1) == [
             b"a",
@@ -341,7 +341,7 @@ def test_scheduler_quarantines_a_poisoned_queue_entry(redis_url: str) -> None:
         # Its lease ended: only the good request's lease is out.
         await asyncio.sleep(0.3)
         assert await f.client.zcard(f.keys.leases) == 1
-        await s._close("finished")
+        await s.close_async("finished")
 
     run(body)
 
@@ -354,6 +354,9 @@ def test_a_failing_step_does_not_starve_the_others(redis_url: str) -> None:
         crawler = make_crawler(redis_url)
         s = await opened(crawler)
         assert s.frontier is not None
+        # Once the worker has beaten (it pushes only after its first beat):
+        while await s.frontier.client.zscore(s.frontier.keys.workers, s.worker) is None:
+            await asyncio.sleep(0.01)
         await s.frontier.client.delete(s.frontier.keys.workers)
         await s.frontier.client.set(s.frontier.keys.workers, "oops")
         s._next_heartbeat = 0.0
@@ -363,7 +366,7 @@ def test_a_failing_step_does_not_starve_the_others(redis_url: str) -> None:
         assert sorted(r.url for r in got) == [f"http://a.test/{i}" for i in range(3)]
         assert crawler.stats.get_value("scheduler/step_errors/heartbeat") >= 1
         await s.frontier.client.delete(s.frontier.keys.workers)
-        await s._close("finished")
+        await s.close_async("finished")
 
     run(body)
 
@@ -401,7 +404,7 @@ def test_new_host_bonus_wears_off_after_ten_requests(redis_url: str) -> None:
         assert [by_url[f"http://a.test/{i}"] for i in range(20)] == [95] * 10 + [
             90
         ] * 10
-        await s._close("finished")
+        await s.close_async("finished")
 
     run(body)
 

@@ -35,3 +35,26 @@ def test_library_imports_point_one_way(package: str) -> None:
         if (imports := imported_packages(path) & own) - ALLOWED[package]
     }
     assert wrong == {}
+
+
+# Each shared piece of the Redis layer is written in one module: a second
+# copy is how the spacing rule and the clock drifted apart before.
+ONE_HOME = {
+    "register_script(": "extensions/scripts.py",  # the script registry
+    "redis.call('TIME')": "extensions/scripts.py",  # the Redis clock (Lua)
+    "await client.time()": "extensions/scripts.py",  # the Redis clock (Python)
+    "'HMGET', hkey, 'next'": "extensions/hosts.py",  # reading the host record
+    "nx=True, px=": "extensions/locks.py",  # the token lock
+    "== ARGV[1] then": "extensions/locks.py",  # compare-on-token scripts
+}
+
+
+@pytest.mark.parametrize("snippet", sorted(ONE_HOME))
+def test_one_home_for_each_shared_piece(snippet: str) -> None:
+    homes = sorted(
+        str(path.relative_to(ROOT))
+        for package in ("extensions", "pipelines", "webcrawl")
+        for path in (ROOT / package).rglob("*.py")
+        if snippet in path.read_text()
+    )
+    assert homes == [ONE_HOME[snippet]]

@@ -15,14 +15,12 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http import Request
 from scrapy.statscollectors import MemoryStatsCollector
 
-from extensions import keys
+from extensions import keys, meta
 from extensions.config import SettingsError
-from extensions.hosts import HostRecord, host_key
+from extensions.hosts import host_key
 from extensions.politeness import (
-    ACQUIRED,
-    HELD,
-    PARKED,
     HostLock,
+    LockState,
     PolitenessMiddleware,
 )
 from tests.httpserver import Crawl, LogServer, reply
@@ -34,6 +32,8 @@ if TYPE_CHECKING:
 
 HOST = "http://a.test:80"
 
+
+ACQUIRED, HELD, PARKED = LockState.ACQUIRED, LockState.HELD, LockState.PARKED
 
 # -- the lock scripts on a real Redis ----------------------------------------
 
@@ -107,7 +107,6 @@ def test_spacing_comes_from_the_host_record(
         await client.aclose()
 
     asyncio.run(main())
-    assert HostRecord(delay=700).spacing(100, 0, 1) == 700
 
 
 async def hold_started_ms(
@@ -221,7 +220,7 @@ def test_middleware_waits_and_counts(redis_url: str) -> None:
         for n in range(3):
             request = Request(f"http://a.test/{n}")
             assert await mw.process_request(request) is None
-            held = request.meta["politeness_lock"]
+            held = request.meta[meta.POLITENESS_LOCK]
             assert held["spacing_ms"] == 150
             started.append(
                 await hold_started_ms(
@@ -259,7 +258,7 @@ def test_middleware_defers_a_parked_host(
 
     result = asyncio.run(main())
     assert isinstance(result, Request)
-    assert result.dont_filter and result.meta["politeness_deferrals"] == 1
+    assert result.dont_filter and result.meta[meta.POLITENESS_DEFERRALS] == 1
     assert mw.crawler.stats.get_value("politeness/deferred/parked") == 1
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import itertools
 import random
 from contextlib import ExitStack
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis
 from scrapy.exceptions import NotConfigured
 
 from extensions import defaults, keys
@@ -19,9 +21,8 @@ from tests.utils import get_crawler
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
-    import redis
+    from extensions.embedded_redis import RedisProcess
 
 
 def robots(body: bytes, status: int = 200) -> Route:
@@ -46,8 +47,8 @@ rng = random.Random(9309)
 GARBAGE = bytes(rng.randrange(256) for _ in range(4096))
 
 
-@pytest.fixture
-def servers() -> Iterator[dict[str, LogServer]]:
+def serve_all(stack: ExitStack) -> dict[str, LogServer]:
+    """One loopback server per robots.txt case."""
     kinds: dict[str, dict[str, Route]] = {
         "ok": {
             "/robots.txt": robots(
@@ -69,23 +70,82 @@ def servers() -> Iterator[dict[str, LogServer]]:
         "timeout": {"/robots.txt": reply(b"User-agent: *\nDisallow:\n")},
     }
     slow = {"timeout": {"/robots.txt": 2.0}}
-    with ExitStack() as stack:
-        found = {}
-        for name, routes in kinds.items():
-            server = LogServer(routes, delays=slow.get(name))
-            found[name] = stack.enter_context(server)
-        # A redirect out of the crawl's scope (localhost is not in
-        # TEST_ALLOWED_DOMAINS): not followed, the file is unavailable.
-        found["offsite"] = stack.enter_context(LogServer())
-        found["offsite"].routes["/robots.txt"] = redirect(
-            f"http://localhost:{found['ok'].port}/robots.txt"
-        )
-        yield found
+    found = {}
+    for name, routes in kinds.items():
+        server = LogServer(routes, delays=slow.get(name))
+        found[name] = stack.enter_context(server)
+    # A redirect out of the crawl's scope (localhost is not in
+    # TEST_ALLOWED_DOMAINS): not followed, the file is unavailable.
+    found["offsite"] = stack.enter_context(LogServer())
+    found["offsite"].routes["/robots.txt"] = redirect(
+        f"http://localhost:{found['ok'].port}/robots.txt"
+    )
+    return found
 
 
-def test_big_body_is_over_500_kib() -> None:
+@dataclass
+class RobotsCrawl:
+    """What one crawl of every case left behind: the servers' request logs,
+    the stats, and the Redis keys it wrote (read right after the crawl)."""
+
+    servers: dict[str, LogServer]
+    bases: dict[str, str]  # case -> base URL (with "dead": nothing listens)
+    stats: dict[str, Any]
+    now_ms: int  # the Redis clock right after the crawl
+    records: dict[str, dict[bytes, bytes]]  # case -> its host record
+    cache: dict[str, dict[bytes, bytes]]  # case -> its robots.txt cache entry
+    seeds: list[bytes]
+
+    def fetched(self, name: str, path: str) -> bool:
+        return self.servers[name].count(path) > 0
+
+
+def hostkey(base: str) -> str:
+    return base + ("" if base.count(":") == 2 else ":80")
+
+
+@pytest.fixture(scope="module")
+def robots_crawl(
+    redis_server: RedisProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RobotsCrawl]:
+    """One real crawl of every case (a crawl costs seconds: the cases share it)."""
+    # The cases are what their names say only with the default size limit.
     assert len(DISALLOW + PADDING) > 600_000 > defaults.ROBOTS_MAX_SIZE
     assert len(DISALLOW + PADDING * 8) > 8 * defaults.ROBOTS_MAX_SIZE
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    with ExitStack() as stack:
+        servers = serve_all(stack)
+        dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: unreachable
+        bases = {name: s.url for name, s in servers.items()} | {"dead": dead}
+        urls = [b + p for b in bases.values() for p in ("/page", "/private")]
+        urls.append(servers["big"].url + "/late")
+        stats = crawl(
+            tmp_path_factory.mktemp("robots"),
+            redis_server.url,
+            urls,
+            ROBOTS_FETCH_TIMEOUT=0.5,
+            ROBOTS_CRAWL_DELAY_MAX=0.2,
+            RETRY_ENABLED=False,
+            TEST_ALLOWED_DOMAINS="127.0.0.1,s.test",
+        )
+        frontier = keys.FrontierKeys("web")
+        yield RobotsCrawl(
+            servers=servers,
+            bases=bases,
+            stats=stats,
+            now_ms=int(client.time()[0]) * 1000,
+            records={
+                n: client.hgetall(frontier.host(hostkey(b))) for n, b in bases.items()
+            },
+            cache={
+                n: client.hgetall(keys.robots("web", hostkey(b)))
+                for n, b in bases.items()
+            },
+            seeds=client.lrange(keys.start_urls("web"), 0, -1),
+        )
+    client.flushall()
+    client.close()
 
 
 def test_refuses_to_run_beside_scrapys_robots() -> None:
@@ -93,6 +153,9 @@ def test_refuses_to_run_beside_scrapys_robots() -> None:
         SharedRobotsTxtMiddleware.from_crawler(
             get_crawler(settings_dict={"ROBOTSTXT_OBEY": True})
         )
+
+
+def test_can_be_switched_off() -> None:
     with pytest.raises(NotConfigured, match="ROBOTS_ENABLED"):
         SharedRobotsTxtMiddleware.from_crawler(
             get_crawler(settings_dict={"ROBOTS_ENABLED": False})
@@ -100,69 +163,103 @@ def test_refuses_to_run_beside_scrapys_robots() -> None:
 
 
 @pytest.mark.slow
-def test_status_classes_redirects_size_and_garbage(
-    tmp_path: Path,
-    redis_url: str,
-    redis_client: redis.Redis,
-    servers: dict[str, LogServer],
+@pytest.mark.parametrize("name", ["ok", "notfound", "error", "big", "huge", "garbage"])
+def test_one_robots_fetch_per_host(robots_crawl: RobotsCrawl, name: str) -> None:
+    """However many requests wait for it."""
+    assert robots_crawl.servers[name].count("/robots.txt") == 1
+
+
+@pytest.mark.slow
+def test_2xx_is_parsed_and_obeyed(robots_crawl: RobotsCrawl) -> None:
+    assert robots_crawl.fetched("ok", "/page")
+    assert not robots_crawl.fetched("ok", "/private")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["notfound", "forbidden", "offsite"])
+def test_4xx_and_a_redirect_out_of_scope_allow_all(
+    robots_crawl: RobotsCrawl, name: str
 ) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: unreachable
-    bases = {name: s.url for name, s in servers.items()} | {"dead": dead}
-    urls = [b + p for b in bases.values() for p in ("/page", "/private")]
-    urls.append(servers["big"].url + "/late")
-    stats = crawl(
-        tmp_path,
-        redis_url,
-        urls,
-        ROBOTS_FETCH_TIMEOUT=0.5,
-        ROBOTS_CRAWL_DELAY_MAX=0.2,
-        RETRY_ENABLED=False,
-        TEST_ALLOWED_DOMAINS="127.0.0.1,s.test",
-    )
-    s = servers
+    assert robots_crawl.fetched(name, "/page")
+    assert robots_crawl.fetched(name, "/private")
 
-    def fetched(name: str, path: str) -> bool:
-        return s[name].count(path) > 0
 
-    # One robots.txt fetch per host, however many requests wait for it.
-    for name in ("ok", "notfound", "error", "big", "huge", "garbage"):
-        assert s[name].count("/robots.txt") == 1, name
-    # 2xx: parsed; /private is never fetched.
-    assert fetched("ok", "/page") and not fetched("ok", "/private")
-    # 4xx, and a redirect out of scope: allow all.
-    for name in ("notfound", "forbidden", "offsite"):
-        assert fetched(name, "/page") and fetched(name, "/private"), name
-    # 5xx, timeout, unreachable: disallow all for now, host parked.
-    for name in ("error", "unavailable", "timeout"):
-        assert not fetched(name, "/page") and not fetched(name, "/private"), name
-    now = int(redis_client.time()[0]) * 1000
-    for name in ("error", "unavailable", "timeout", "dead"):
-        hk = bases[name] + ("" if bases[name].count(":") == 2 else ":80")
-        park = int(redis_client.hget(keys.FrontierKeys("web").host(hk), "park") or 0)
-        assert park > now + 30_000, name
-        cached = redis_client.hgetall(keys.robots("web", hk))
-        assert int(cached[b"failures"]) == 1, name
-    # Five redirects are followed; a sixth is not (then: unavailable, allow).
-    assert s["redirect5"].count("/r5") == 1 and not fetched("redirect5", "/private")
-    assert s["redirect6"].count("/r5") == 1 and s["redirect6"].count("/r6") == 0
-    assert fetched("redirect6", "/private")
-    # 600 KB: the first 500 KiB are parsed, a rule beyond them is not.
-    assert not fetched("big", "/private") and fetched("big", "/late")
-    # 4.9 MB: read up to 500 KiB and parsed, not "unreachable" (disallow all).
-    assert fetched("huge", "/page") and not fetched("huge", "/private")
-    # Garbage bytes parse to no rules: allow all, no crash.
-    assert fetched("garbage", "/page") and fetched("garbage", "/private")
-    # Crawl-delay capped, written to the host record; the sitemap in scope is
-    # a seed, the one outside allowed_domains is not.
-    ok_host = keys.FrontierKeys("web").host(bases["ok"])
-    assert redis_client.hget(ok_host, "delay") == b"200"
-    assert redis_client.lrange(keys.start_urls("web"), 0, -1) == [
-        b"http://s.test/sitemap.xml"
-    ]
-    cached = redis_client.hgetall(keys.robots("web", bases["ok"]))
-    assert int(cached[b"status"]) == 200 and b"Disallow: /private" in cached[b"body"]
-    assert stats["robotstxt/sitemaps_out_of_scope"] == 1
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["error", "unavailable", "timeout"])
+def test_5xx_and_timeout_disallow_all(robots_crawl: RobotsCrawl, name: str) -> None:
+    assert not robots_crawl.fetched(name, "/page")
+    assert not robots_crawl.fetched(name, "/private")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["error", "unavailable", "timeout", "dead"])
+def test_an_unreachable_robots_txt_parks_the_host(
+    robots_crawl: RobotsCrawl, name: str
+) -> None:
+    park = int(robots_crawl.records[name].get(b"park", 0))
+    assert park > robots_crawl.now_ms + 30_000
+    assert int(robots_crawl.cache[name][b"failures"]) == 1
+
+
+@pytest.mark.slow
+def test_five_redirects_are_followed(robots_crawl: RobotsCrawl) -> None:
+    assert robots_crawl.servers["redirect5"].count("/r5") == 1
+    assert not robots_crawl.fetched("redirect5", "/private")
+
+
+@pytest.mark.slow
+def test_a_sixth_redirect_is_not_followed_and_allows_all(
+    robots_crawl: RobotsCrawl,
+) -> None:
+    assert robots_crawl.servers["redirect6"].count("/r5") == 1
+    assert robots_crawl.servers["redirect6"].count("/r6") == 0
+    assert robots_crawl.fetched("redirect6", "/private")
+
+
+@pytest.mark.slow
+def test_only_the_first_max_size_bytes_are_parsed(robots_crawl: RobotsCrawl) -> None:
+    """600 KB: a rule beyond the first 500 KiB does not count."""
+    assert not robots_crawl.fetched("big", "/private")
+    assert robots_crawl.fetched("big", "/late")
+
+
+@pytest.mark.slow
+def test_a_huge_file_is_cut_and_parsed_not_unreachable(
+    robots_crawl: RobotsCrawl,
+) -> None:
+    """4.9 MB: read up to 500 KiB and parsed, not "unreachable" (disallow all)."""
+    assert robots_crawl.fetched("huge", "/page")
+    assert not robots_crawl.fetched("huge", "/private")
+
+
+@pytest.mark.slow
+def test_garbage_bytes_parse_to_no_rules(robots_crawl: RobotsCrawl) -> None:
+    assert robots_crawl.fetched("garbage", "/page")
+    assert robots_crawl.fetched("garbage", "/private")
+
+
+@pytest.mark.slow
+def test_crawl_delay_is_capped_into_the_host_record(robots_crawl: RobotsCrawl) -> None:
+    assert robots_crawl.records["ok"][b"delay"] == b"200"
+    assert robots_crawl.stats["robotstxt/crawl_delay_capped"] == 1
+
+
+@pytest.mark.slow
+def test_sitemaps_in_scope_become_seeds(robots_crawl: RobotsCrawl) -> None:
+    assert robots_crawl.seeds == [b"http://s.test/sitemap.xml"]
+    assert robots_crawl.stats["robotstxt/sitemaps_out_of_scope"] == 1
+
+
+@pytest.mark.slow
+def test_the_cache_holds_the_raw_status_and_body(robots_crawl: RobotsCrawl) -> None:
+    cached = robots_crawl.cache["ok"]
+    assert int(cached[b"status"]) == 200
+    assert b"Disallow: /private" in cached[b"body"]
+
+
+@pytest.mark.slow
+def test_stats_count_each_outcome(robots_crawl: RobotsCrawl) -> None:
+    stats = robots_crawl.stats
     assert stats["robotstxt/forbidden"] == 4
-    assert stats["robotstxt/crawl_delay_capped"] == 1
     assert stats["robotstxt/failures"] == 4
     assert stats["robotstxt/unreachable_dropped"] == 8

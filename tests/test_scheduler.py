@@ -13,10 +13,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis.asyncio as aredis
 from scrapy import Request, Spider
 
 from extensions.embedded_redis import RedisProcess
-from extensions.scheduler import LEASE_META, RedisScheduler
+from extensions.frontier import Frontier, QueuedRequest, Worker
+from extensions.hosts import host_key
+from extensions.meta import FRONTIER_LEASE
+from extensions.scheduler import RedisScheduler
+from extensions.serialization import request_to_bytes
 from extensions.signals import items_stored
 from pipelines.items import PageItem
 from tests.utils import get_crawler
@@ -64,10 +69,14 @@ def make_crawler(redis_url: str, **settings: Any) -> Crawler:
 async def opened(crawler: Crawler) -> RedisScheduler:
     scheduler = RedisScheduler.from_crawler(crawler)
     assert crawler.spider is not None
-    scheduler.spider = crawler.spider
-    scheduler.open(crawler.spider)
-    await wait_for(lambda: scheduler._task is not None)
+    await scheduler.open_async(crawler.spider)
     return scheduler
+
+
+async def pushed(scheduler: RedisScheduler, n: int = 1) -> None:
+    """Wait until ``n`` requests are queued in Redis (the scheduler's stats)."""
+    stats = scheduler.stats
+    await wait_for(lambda: (stats.get_value("scheduler/enqueued/redis") or 0) >= n)
 
 
 async def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -106,7 +115,7 @@ def test_priority_order_and_fifo(redis_url: str, config: dict[str, Any]) -> None
         got = await drain(s, 5)
         assert [r.url for r in got] == [f"http://a.test/{i}" for i in (1, 3, 0, 2, 4)]
         assert s.next_request() is None
-        await s._close("finished")
+        await s.close_async("finished")
 
     run(body)
 
@@ -122,7 +131,7 @@ def test_pending_until_outcome_is_durable(
         s.enqueue_request(Request("http://a.test/1"))
         assert s.has_pending_requests()
         (request,) = await drain(s, 1)
-        lease = request.meta[LEASE_META]
+        lease = request.meta[FRONTIER_LEASE]
         await asyncio.sleep(0.3)
         # Fetched but not stored: the crawl is not finished.
         assert s.has_pending_requests()
@@ -132,7 +141,7 @@ def test_pending_until_outcome_is_durable(
         await wait_for(lambda: not s.has_pending_requests())
         assert crawler.stats is not None
         assert crawler.stats.get_value("scheduler/acked") == 1
-        await s._close("finished")
+        await s.close_async("finished")
 
     run(body)
 
@@ -157,7 +166,7 @@ def test_duplicates_filtered_unless_dont_filter(
         ]
         assert crawler.stats is not None
         assert crawler.stats.get_value("dupefilter/filtered") == 1
-        await s._close("finished")
+        await s.close_async("finished")
 
     run(body)
 
@@ -172,11 +181,11 @@ def test_reopen_keeps_queue_when_persisting(
             s.enqueue_request(Request(f"http://a.test/{i}"))
         # Two leased and buffered but never started: handed back on close.
         await drain(s, 0)
-        await s._close("shutdown")
+        await s.close_async("shutdown")
         s2 = await opened(make_crawler(redis_url, **config))
         got = await drain(s2, 5)
         assert sorted(r.url for r in got) == [f"http://a.test/{i}" for i in range(5)]
-        await s2._close("finished")
+        await s2.close_async("finished")
 
     run(body)
 
@@ -185,8 +194,8 @@ def test_no_persist_flushes_on_close(redis_url: str) -> None:
     async def body() -> None:
         s = await opened(make_crawler(redis_url, SCHEDULER_PERSIST=False))
         s.enqueue_request(Request("http://a.test/1"))
-        await wait_for(lambda: not s._outbox and s._pending is None)
-        await s._close("finished")
+        await pushed(s)
+        await s.close_async("finished")
         s2 = await opened(make_crawler(redis_url))
         await asyncio.sleep(0.3)
         assert s2.next_request() is None
@@ -194,7 +203,7 @@ def test_no_persist_flushes_on_close(redis_url: str) -> None:
         # The dupefilter was flushed too: the URL is new again.
         s2.enqueue_request(Request("http://a.test/1"))
         assert len(await drain(s2, 1)) == 1
-        await s2._close("finished")
+        await s2.close_async("finished")
 
     run(body)
 
@@ -203,12 +212,12 @@ def test_flush_on_start(redis_url: str) -> None:
     async def body() -> None:
         s = await opened(make_crawler(redis_url))
         s.enqueue_request(Request("http://a.test/1"))
-        await wait_for(lambda: not s._outbox and s._pending is None)
-        await s._close("shutdown")
+        await pushed(s)
+        await s.close_async("shutdown")
         s2 = await opened(make_crawler(redis_url, SCHEDULER_FLUSH_ON_START=True))
         await asyncio.sleep(0.3)
         assert s2.next_request() is None
-        await s2._close("finished")
+        await s2.close_async("finished")
 
     run(body)
 
@@ -223,7 +232,7 @@ def test_redirect_hands_over_its_lease(redis_url: str) -> None:
         s.enqueue_request(child)
         (got,) = await drain(s, 1)
         assert got.url == "http://a.test/new"
-        assert got.meta[LEASE_META] != parent.meta[LEASE_META]
+        assert got.meta[FRONTIER_LEASE] != parent.meta[FRONTIER_LEASE]
         stats = crawler.stats
         assert stats is not None
 
@@ -231,7 +240,7 @@ def test_redirect_hands_over_its_lease(redis_url: str) -> None:
             return bool(stats.get_value("scheduler/acked") == 1)
 
         await wait_for(acked)
-        await s._close("finished")
+        await s.close_async("finished")
 
     run(body)
 
@@ -249,22 +258,26 @@ def test_unserializable_request_is_counted_and_kept(redis_url: str) -> None:
         assert got.url == "http://a.test/1"
         assert crawler.stats is not None
         assert crawler.stats.get_value("scheduler/unserializable") == 1
-        await s._close("finished")
+        await s.close_async("finished")
 
     run(body)
 
 
 def test_expired_lease_of_dead_worker_is_reclaimed(redis_url: str) -> None:
     async def body() -> None:
-        dead = await opened(make_crawler(redis_url, FRONTIER_LEASE_TIMEOUT=0.3))
-        dead.enqueue_request(Request("http://a.test/1"))
-        assert len(await drain(dead, 1)) == 1
-        dead._closing = True  # dies: no hand-back, no renewal
-        dead._wakeup.set()
+        # A worker leases the request and dies: no hand-back, no renewal.
+        client = aredis.Redis.from_url(redis_url)
+        dead = Frontier(client, "web", Worker("dead", lease_ms=300))
+        url = "http://a.test/1"
+        await dead.commit(
+            [QueuedRequest(host_key(url), 0, request_to_bytes(Request(url)))]
+        )
+        assert len((await dead.lease(1)).leases) == 1
+        await client.aclose()
         alive = await opened(make_crawler(redis_url, FRONTIER_LEASE_TIMEOUT=0.3))
         (got,) = await drain(alive, 1, timeout=5)
         assert got.url == "http://a.test/1"
-        await alive._close("finished")
+        await alive.close_async("finished")
 
     run(body)
 
@@ -287,7 +300,7 @@ def test_waits_out_a_redis_restart(tmp_path: Path) -> None:
             assert got.url == "http://a.test/during"
             assert crawler.stats is not None
             assert crawler.stats.get_value("scheduler/redis_errors") >= 1
-            await s._close("finished")
+            await s.close_async("finished")
 
         run(body)
     finally:
@@ -318,6 +331,6 @@ def test_lost_dupefilter_answer_queues_the_batch(redis_url: str) -> None:
         assert got.url == "http://a.test/1"
         assert crawler.stats is not None
         assert crawler.stats.get_value("scheduler/dedup_uncertain") == 1
-        await s._close("finished")
+        await s.close_async("finished")
 
     run(body)

@@ -27,6 +27,8 @@ MAX_IDLE_TIME_BEFORE_CLOSE: Annotated[float, Range(0)] = 0
 WEB_ALLOWED_DOMAINS: list[str] = []
 # Restrict an empty WEB_ALLOWED_DOMAINS to the hosts of the seeds.
 WEB_SCOPE_SEED_HOSTS = False
+# This worker's name, stored in the worker field of every page it fetches (empty: none).
+WEBCRAWL_WORKER_ID = ""
 
 # Scrapy settings the spider honours, with the values they allow.
 scrapy_rules = [Spec("DEPTH_LIMIT", 0, int, Range(0))]

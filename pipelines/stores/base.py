@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
 # name -> SQL type (the SQLite store's columns; MongoDB keeps the same names).
 METADATA_FIELDS: dict[str, str] = {
@@ -115,9 +115,6 @@ class BatchResult:
     content_written: int = 0
     errors: list[DocumentError] = field(default_factory=list)
 
-    def failed_ids(self) -> set[str]:
-        return {e.page_id for e in self.errors}
-
 
 @dataclass
 class StoredPage:
@@ -148,7 +145,7 @@ class PageStore(Protocol):
     reports per-document permanent errors in :class:`BatchResult`. Each
     content document is written only when its metadata document was, and a
     metadata document without content removes any content left by an earlier
-    fetch (``delete_content`` ids).
+    fetch of the page.
 
     Readers (``python -m pipelines.read``, ``scrapy export``) open with
     ``create=False``: a store that does not exist raises
@@ -253,6 +250,43 @@ def content_source(meta: dict[str, Any]) -> str | None:
         return str(meta["_id"])
     dup = meta.get("duplicate_of")
     return str(dup) if dup else None
+
+
+def assemble_pages(
+    metas: list[dict[str, Any]],
+    compressed_bodies: Callable[[list[str]], dict[str, bytes]],
+) -> list[StoredPage]:
+    """The pages of metadata documents ``metas``, with their bodies: what
+    every store's ``get_page`` and ``iter_pages`` return.
+    ``compressed_bodies(ids)`` reads the ``html_compressed`` of the content
+    documents ``ids`` (in one query; ids without content are left out).
+    Boolean fields are made ``bool`` whatever the store keeps (SQLite: 0/1).
+
+    >>> pages = assemble_pages(
+    ...     [{"_id": "p", "url": "http://a.test/", "has_content": 1},
+    ...      {"_id": "d", "url": "http://a.test/d", "duplicate_of": "p"},
+    ...      {"_id": "e", "url": "http://a.test/e", "has_content": 0}],
+    ...     lambda ids: {i: zlib.compress(b"hi") for i in ids if i == "p"})
+    >>> [(p.body, p.content_from) for p in pages]
+    [(b'hi', 'p'), (b'hi', 'p'), (None, None)]
+    >>> pages[0].metadata["has_content"]
+    True
+    """
+    for meta in metas:
+        for name in BOOL_FIELDS:
+            if meta.get(name) is not None:
+                meta[name] = bool(meta[name])
+    sources = [content_source(m) for m in metas]
+    wanted = sorted({s for s in sources if s})
+    bodies = compressed_bodies(wanted) if wanted else {}
+    pages = []
+    for meta, source in zip(metas, sources, strict=True):
+        blob = bodies.get(source) if source else None
+        body = None if blob is None else decompress(bytes(blob))
+        pages.append(
+            StoredPage(meta["url"], meta, body, source if body is not None else None)
+        )
+    return pages
 
 
 def decompress(blob: bytes) -> bytes:

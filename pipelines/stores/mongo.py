@@ -43,7 +43,6 @@ from extensions.config import setting_or_env
 from extensions.redact import redact_url
 from pipelines import defaults
 from pipelines.stores.base import (
-    BOOL_FIELDS,
     ITER_CHUNK,
     METADATA_INDEXES,
     BatchResult,
@@ -53,8 +52,7 @@ from pipelines.stores.base import (
     StoredPage,
     StoreNotFoundError,
     TransientStoreError,
-    content_source,
-    decompress,
+    assemble_pages,
     is_original,
     nearest,
     simhash_bands,
@@ -325,27 +323,15 @@ class MongoStore:
 
     def _pages(self, metas: list[dict[str, Any]]) -> list[StoredPage]:
         """Pages of ``metas`` with their bodies, read in one query."""
-        sources = {m["_id"]: content_source(m) for m in metas}
-        wanted = sorted({s for s in sources.values() if s})
-        bodies: dict[str, bytes] = {}
-        if wanted:
+        return assemble_pages([dict(m) for m in metas], self._compressed_bodies)
+
+    def _compressed_bodies(self, ids: list[str]) -> dict[str, bytes]:
+        return {
+            doc["_id"]: bytes(doc["html_compressed"])
             for doc in self._database()["pages_content"].find(
-                {"_id": {"$in": wanted}}, {"html_compressed": 1}
-            ):
-                bodies[doc["_id"]] = decompress(bytes(doc["html_compressed"]))
-        pages = []
-        for meta in metas:
-            for name in BOOL_FIELDS:
-                if meta.get(name) is not None:
-                    meta[name] = bool(meta[name])
-            source = sources[meta["_id"]]
-            body = bodies.get(source) if source else None
-            pages.append(
-                StoredPage(
-                    meta["url"], dict(meta), body, source if body is not None else None
-                )
+                {"_id": {"$in": ids}}, {"html_compressed": 1}
             )
-        return pages
+        }
 
     def iter_pages(
         self, host: str | None = None, since: float | None = None

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from extensions.config import setting_or_env
 from extensions.embedded_redis import webcrawl_home
 from pipelines.stores.base import (
-    BOOL_FIELDS,
     CONTENT_FIELDS,
     ITER_CHUNK,
     METADATA_FIELDS,
@@ -35,8 +34,7 @@ from pipelines.stores.base import (
     StoredPage,
     StoreNotFoundError,
     TransientStoreError,
-    content_source,
-    decompress,
+    assemble_pages,
     is_original,
     nearest,
     simhash_bands,
@@ -270,37 +268,25 @@ class SQLiteStore:
             rows = conn.execute(sql, args).fetchall()
         finally:
             conn.row_factory = None
-        docs = []
-        for row in rows:
-            doc = {("_id" if k == "id" else k): row[k] for k in row.keys()}  # noqa: SIM118
-            for name in BOOL_FIELDS:
-                if doc.get(name) is not None:
-                    doc[name] = bool(doc[name])
-            docs.append(doc)
-        return docs
+        return [
+            {("_id" if k == "id" else k): row[k] for k in row.keys()}  # noqa: SIM118
+            for row in rows
+        ]
 
-    def _page(self, meta: dict[str, Any]) -> StoredPage:
-        source = content_source(meta)
-        body = None
-        if source:
-            row = (
-                self._connection()
-                .execute(
-                    "SELECT html_compressed FROM pages_content WHERE id = ?",
-                    (source,),
-                )
-                .fetchone()
-            )
-            if row is not None:
-                body = decompress(row[0])
-        return StoredPage(meta["url"], meta, body, source if body is not None else None)
+    def _compressed_bodies(self, ids: list[str]) -> dict[str, bytes]:
+        marks = ", ".join("?" * len(ids))
+        rows = self._connection().execute(
+            f"SELECT id, html_compressed FROM pages_content WHERE id IN ({marks})",
+            ids,
+        )
+        return {row[0]: row[1] for row in rows}
 
     def get_page(self, url: str) -> StoredPage | None:
         with self._lock:
             docs = self._metadata_rows(
                 "SELECT * FROM pages_metadata WHERE url = ?", (url,)
             )
-            return self._page(docs[0]) if docs else None
+            return assemble_pages(docs, self._compressed_bodies)[0] if docs else None
 
     def iter_pages(
         self, host: str | None = None, since: float | None = None
@@ -323,7 +309,7 @@ class SQLiteStore:
         while True:
             with self._lock:
                 docs = self._metadata_rows(sql, (*after, *base))
-                pages = [self._page(d) for d in docs]
+                pages = assemble_pages(docs, self._compressed_bodies)
             yield from pages
             if len(docs) < ITER_CHUNK:
                 return

@@ -2,7 +2,8 @@
 
 Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
 ``MAX_IDLE_TIME_BEFORE_CLOSE``, ``WEB_ALLOWED_DOMAINS``,
-``WEB_SCOPE_SEED_HOSTS`` (defaults in :mod:`webcrawl.defaults`),
+``WEB_SCOPE_SEED_HOSTS``, ``WEBCRAWL_WORKER_ID`` (defaults in
+:mod:`webcrawl.defaults`),
 ``REDIS_RETRY_MAX`` (:mod:`extensions.defaults`) and Scrapy's
 ``URLLENGTH_LIMIT`` (the longest seed URL accepted; 0 keeps the 2083 cap,
 since a seed is always bounded).
@@ -24,6 +25,13 @@ final failure (download error, HTTP error status, robots.txt exclusion), so a
 page that fails stays on record and its frontier lease ends. Links are yielded
 before the page item: the frontier then queues the children before the page
 can be stored and its lease acknowledged.
+
+An HTML page is parsed once, by :func:`pipelines.processing.extract`: its
+links, its robots directives (one rule: ``nofollow`` or ``none`` from
+``<meta name=robots>`` or ``X-Robots-Tag`` means no link of the page is
+followed) and its main text. The item carries that result to the storage
+pipeline (``PageItem.extracted``), which records the same directives and does
+not parse the page again.
 """
 
 from __future__ import annotations
@@ -38,17 +46,19 @@ from urllib.parse import urlsplit
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import HtmlResponse, Response
-from scrapy.linkextractors import LinkExtractor
+from scrapy.linkextractors import IGNORED_EXTENSIONS
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.gz import gunzip
 from scrapy.utils.sitemap import Sitemap
+from scrapy.utils.url import url_has_any_extension
 
 from extensions import config
 from extensions.config import SettingsError
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
-from extensions.scheduler import LEASE_META
+from extensions.meta import FRONTIER_LEASE
 from extensions.seeds import URL_LENGTH_LIMIT, SeedList
 from pipelines.items import PageItem
+from pipelines.processing import extract
 from webcrawl import defaults
 from webcrawl.addon import refuse
 
@@ -63,6 +73,9 @@ logger = logging.getLogger(__name__)
 
 # Largest decompressed sitemap read (the sitemaps protocol's own limit).
 DOWNLOAD_MAXSIZE = 50 * 1024 * 1024
+# Links to files that are not pages (images, archives...) are not followed,
+# as by Scrapy's LinkExtractor.
+_SKIP_EXTENSIONS = frozenset(f".{ext}" for ext in IGNORED_EXTENSIONS)
 
 
 def _header_dict(response: Response) -> dict[str, list[str]]:
@@ -70,21 +83,6 @@ def _header_dict(response: Response) -> dict[str, list[str]]:
         k.decode("latin-1").lower(): [v.decode("latin-1") for v in vs]
         for k, vs in response.headers.items()
     }
-
-
-def _robots_directives(response: Response) -> set[str]:
-    """``noindex``/``nofollow`` from X-Robots-Tag and ``<meta name=robots>``."""
-    found: set[str] = set()
-    for value in response.headers.getlist(b"X-Robots-Tag"):
-        found.update(t.strip().lower() for t in value.decode("latin-1").split(","))
-    # The XPath below costs about as much as the link extraction: look for
-    # the word first (most pages have no robots meta).
-    if isinstance(response, HtmlResponse) and b"robots" in response.body.lower():
-        for content in response.xpath(
-            "//meta[translate(@name,'ROBTS','robts')='robots']/@content"
-        ).getall():
-            found.update(t.strip().lower() for t in content.split(","))
-    return found
 
 
 def _max_depth(value: str | int | None) -> int | None:
@@ -309,7 +307,7 @@ class WebSpider(Spider):
             body=response.body,
             encoding=getattr(response, "encoding", None),
             error=error,
-            lease=request.meta.get(LEASE_META),
+            lease=request.meta.get(FRONTIER_LEASE),
             worker=self.worker,
         )
 
@@ -326,17 +324,27 @@ class WebSpider(Spider):
             yield from self._sitemap_links(response)
             yield self._item(response)
             return
-        directives = _robots_directives(response)
-        if isinstance(response, HtmlResponse) and "nofollow" not in directives:
-            # Scope by host name here: LinkExtractor's allow_domains compares
-            # the netloc, port included, so "a.test" would not match a.test:8080.
-            for link in LinkExtractor(unique=True).extract_links(response):
-                if link.nofollow or not self._in_scope(link.url):
+        item = self._item(response)
+        if isinstance(response, HtmlResponse):
+            # One parse serves the links here and the pipeline's text and
+            # fingerprints (the item carries it), and one rule decides
+            # noindex/nofollow for both (pipelines.processing.robots_directives).
+            page = extract(item.body, response.url, item.headers, item.encoding)
+            item.extracted = page
+            seen: set[str] = set()
+            for link in page.follow_links():
+                url = link.url
+                if (
+                    url in seen
+                    or url_has_any_extension(url, _SKIP_EXTENSIONS)
+                    or not self._in_scope(url)
+                ):
                     continue
+                seen.add(url)
                 # DepthMiddleware sets meta["depth"]; RefererMiddleware the
                 # Referer header.
-                yield Request(link.url, errback=self.on_error)
-        yield self._item(response)
+                yield Request(url, errback=self.on_error)
+        yield item
 
     def _in_scope(self, url: str) -> bool:
         if not self.allowed_domains:
@@ -374,7 +382,7 @@ class WebSpider(Spider):
             referrer=_referrer(request),
             fetched_at=time.time(),
             error=f"{type(value).__name__}: {value}"[:500],
-            lease=request.meta.get(LEASE_META),
+            lease=request.meta.get(FRONTIER_LEASE),
             worker=self.worker,
         )
 

@@ -1,0 +1,54 @@
+"""One registry of Lua scripts per Redis client, and the Redis clock.
+
+Every Lua script of :mod:`extensions` is registered through :func:`script`,
+once per client (as ``rq/scripts.py`` caches its registrations), so a script
+is loaded once and then run by SHA. A script returns a code; the Python
+wrapper beside it turns the code into a named value (an ``IntEnum``) or a
+domain exception.
+
+Times in records and leases are epoch milliseconds of the Redis server clock
+(``TIME``), never of a worker's clock, so the whole fleet shares one clock:
+Lua scripts include :data:`LUA_NOW_MS` and call ``now_ms()``; Python reads the
+same clock with :func:`server_now_ms`.
+
+Settings read: none.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import redis.asyncio as aredis
+    from redis.commands.core import AsyncScript
+
+# The Redis server clock in epoch ms. ``replicate_commands`` lets a script
+# write after reading the non-deterministic ``TIME`` on Redis < 5 (a no-op
+# from Redis 5 on, where effects replication is the default).
+LUA_NOW_MS = """
+redis.replicate_commands()
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+"""
+
+_REGISTERED: weakref.WeakKeyDictionary[aredis.Redis, dict[str, AsyncScript]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def script(client: aredis.Redis, source: str) -> AsyncScript:
+    """``client.register_script(source)``, registered once per client."""
+    registered = _REGISTERED.setdefault(client, {})
+    found = registered.get(source)
+    if found is None:
+        found = registered[source] = client.register_script(source)
+    return found
+
+
+async def server_now_ms(client: aredis.Redis) -> int:
+    """The Redis server clock in epoch ms (the clock of every stored time)."""
+    sec, usec = await client.time()
+    return int(sec) * 1000 + int(usec) // 1000

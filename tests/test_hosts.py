@@ -1,0 +1,72 @@
+"""The host record's Lua helpers (:data:`extensions.hosts.LUA_RECORD`), which
+every script reading the record includes, on a real Redis."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from extensions import hosts
+
+if TYPE_CHECKING:
+    import redis
+
+RECORD = "web:{web}:h:http://a.test:80"
+READ = "return cjson.encode(host_record(KEYS[1]))"
+
+
+def lua(client: redis.Redis, body: str, *args: int) -> Any:
+    return client.eval(hosts.LUA_RECORD + body, 1, RECORD, *args)
+
+
+def test_the_record_holds_every_named_field(redis_client: redis.Redis) -> None:
+    values = {field: i + 1 for i, field in enumerate(hosts.FIELDS)}
+    redis_client.hset(RECORD, mapping=values)
+    assert json.loads(lua(redis_client, READ)) == values
+
+
+def test_absent_fields_read_zero_and_an_absent_delay_unset(
+    redis_client: redis.Redis,
+) -> None:
+    assert json.loads(lua(redis_client, READ)) == {
+        field: 0 for field in hosts.FIELDS if field != hosts.DELAY
+    }
+
+
+# ARGV[1] default delay, ARGV[2] now, ARGV[3] quiet period.
+SPACING = "return spacing(host_record(KEYS[1]), tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))"  # noqa: E501
+
+
+@pytest.mark.parametrize(
+    ("record", "now", "expected"),
+    [
+        pytest.param({}, 0, 250, id="the default"),
+        pytest.param({"delay": 2000}, 0, 2000, id="robots delay"),
+        pytest.param({"delay": 0}, 0, 0, id="a zero delay is a delay"),
+        pytest.param(
+            {"delay": 2000, "backoff": 9000, "backoff_at": 0}, 10, 9000, id="back-off"
+        ),
+        pytest.param(
+            {"delay": 2000, "backoff": 500, "backoff_at": 0}, 10, 2000, id="smaller"
+        ),
+        pytest.param(
+            {"backoff": 9000, "backoff_at": 0}, 1000, 250, id="forgiven back-off"
+        ),
+    ],
+)
+def test_spacing(
+    redis_client: redis.Redis, record: dict[str, int], now: int, expected: int
+) -> None:
+    if record:
+        redis_client.hset(RECORD, mapping=record)
+    assert lua(redis_client, SPACING, 250, now, 1000) == expected
+
+
+def test_park_only_moves_later(redis_client: redis.Redis) -> None:
+    park = "return park_until(KEYS[1], host_record(KEYS[1]), tonumber(ARGV[1]))"
+    assert lua(redis_client, park, 5000) == 5000
+    assert lua(redis_client, park, 3000) == 5000
+    assert lua(redis_client, park, 7000) == 7000
+    assert redis_client.hget(RECORD, hosts.PARK) == b"7000"

@@ -1,0 +1,94 @@
+"""One parse per page, one robots rule: the ``web`` spider's links and the
+storage pipeline's record come from the same :func:`pipelines.processing.extract`
+result (issue 10 "One rule for robots meta", issue 13 "One parse per page")."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from scrapy import Request
+from scrapy.http import HtmlResponse
+from scrapy.utils.test import get_crawler
+
+from pipelines import batching
+from pipelines.batching import prepare_page
+from pipelines.items import PageItem
+from webcrawl.spiders.web import WebSpider
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+TEXT = " ".join(f"word{i}" for i in range(40))
+
+
+def page(meta: str | None, headers: dict[str, str] | None = None) -> HtmlResponse:
+    head = f'<meta name="robots" content="{meta}">' if meta is not None else ""
+    body = (
+        f"<html><head><title>t</title>{head}</head><body><main><p>{TEXT}</p>"
+        '<p><a href="/next.html">next</a> <a href="/file.pdf">pdf</a> '
+        '<a href="/next.html">again</a> <a href="/x" rel="nofollow">x</a> '
+        '<a href="http://elsewhere.test/">out</a></p></main></body></html>'
+    )
+    url = "http://a.test/page.html"
+    return HtmlResponse(
+        url,
+        body=body.encode(),
+        headers={"Content-Type": "text/html; charset=utf-8", **(headers or {})},
+        request=Request(url),
+    )
+
+
+def crawl(response: HtmlResponse) -> tuple[list[str], PageItem]:
+    crawler = get_crawler(WebSpider, {"WEB_ALLOWED_DOMAINS": ["a.test"]})
+    spider = WebSpider.from_crawler(crawler)
+    crawler.spider = spider
+    out: Iterable[Any] = spider.parse(response)
+    results = list(out)
+    item = results[-1]
+    assert isinstance(item, PageItem)
+    urls = [r.url for r in results if isinstance(r, Request)]
+    return urls, item
+
+
+@pytest.mark.parametrize(
+    ("meta", "headers", "noindex", "nofollow"),
+    [
+        (None, None, False, False),
+        ("index, follow", None, False, False),
+        ("none", None, True, True),
+        ("NONE", None, True, True),
+        ("nofollow", None, False, True),
+        ("noindex", None, True, False),
+        ("otherbot: none", None, False, False),
+        (None, {"X-Robots-Tag": "none"}, True, True),
+        (None, {"X-Robots-Tag": "nofollow, noarchive"}, False, True),
+    ],
+)
+def test_spider_and_pipeline_apply_one_robots_rule(
+    meta: str | None,
+    headers: dict[str, str] | None,
+    noindex: bool,
+    nofollow: bool,
+) -> None:
+    urls, item = crawl(page(meta, headers))
+    prepared = prepare_page(item)
+    # The pipeline records what the spider obeyed: no links followed from a
+    # nofollow page (``none`` included), every in-scope page link otherwise.
+    assert prepared.metadata["nofollow"] is nofollow
+    assert prepared.metadata["noindex"] is noindex
+    assert urls == ([] if nofollow else ["http://a.test/next.html"])
+    assert (prepared.content is None) is noindex
+
+
+def test_pipeline_reuses_the_spiders_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, item = crawl(page(None))
+    assert item.extracted is not None
+
+    def parse_again(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the pipeline parsed the page a second time")
+
+    monkeypatch.setattr(batching, "extract", parse_again)
+    prepared = prepare_page(item)
+    assert prepared.words == 40 + 5  # the text and its link words
+    assert prepared.simhash is not None
