@@ -129,10 +129,11 @@ TRAP_MAX_QUERY_VARIANTS: Annotated[int, Range(0)] = 500
 MAX_OUTLINKS_PER_PAGE: Annotated[int, Range(0)] = 1000
 
 # --- Bloom dupefilter (extensions.dupefilter, extensions.bloom) ---------------
-# Items the first Bloom layer holds at BLOOM_ERROR_RATE (at 0.1%: 180 MB of Redis).
-BLOOM_CAPACITY: Annotated[int, Range(1)] = 100_000_000
+# Items the first Bloom layer holds at BLOOM_ERROR_RATE (3.5 MB of Redis); later
+# layers grow by BLOOM_GROWTH, so six layers hold 100.8 M (see extensions.bloom).
+BLOOM_CAPACITY: Annotated[int, Range(1)] = 1_600_000
 # False-positive rate of the first layer while it is within its capacity.
-BLOOM_ERROR_RATE: Annotated[float, Range(above=0, below=1)] = 0.001
+BLOOM_ERROR_RATE: Annotated[float, Range(above=0, below=1)] = 0.0002
 # Capacity multiplier of each new layer of a scalable filter.
 BLOOM_GROWTH: Annotated[float, Range(1)] = 2.0
 # Key prefix when there is no spider name (the spider name wins when there is one).
@@ -148,7 +149,7 @@ BLOOM_SHARD_BITS: Annotated[int, Range(64, 2**32)] = 2**32
 # Seconds between refreshes of the BITCOUNT-based dupefilter stats (0: only on close).
 BLOOM_STATS_INTERVAL: Annotated[float, Range(0)] = 60.0
 # Error-rate ratio of each new layer to the previous one (bound: rate / (1 - this)).
-BLOOM_TIGHTENING: Annotated[float, Range(above=0, below=1)] = 0.5
+BLOOM_TIGHTENING: Annotated[float, Range(above=0, below=1)] = 0.9
 
 # --- Fleet statistics (extensions.fleetstats) ---------------------------------
 # Seconds between folds of this worker's stats into Redis (one script call; 0: off).

@@ -52,12 +52,18 @@ key                             type    what it holds
 ``web:traps:{web:traps:<h>}:``  HLL     distinct query strings (or dated /
 ``v:<path>``                            session-id variants) of one path
                                         (``TRAP_MAX_QUERY_VARIANTS``)
-``web:simhash:{web:simhash}:``  SET     near-duplicate band index: page ids
-``<band>:<block>``                      whose SimHash has that 16-bit block
+``web:simhash:{web:simhash}:``  HASH    near-duplicate band index:
+``bands``                               "<band>:<block>" -> the page ids (space
+                                        separated) whose SimHash has that
+                                        16-bit block in that band
 ``web:simhash:{web:simhash}:``  HASH    page id -> "<simhash> <content hash>"
 ``pages``                               of the indexed (original) pages
 ``web:simhash:{web:simhash}:``  HASH    content hash (SHA-256 of the text) ->
 ``sha``                                 page id (exact duplicates)
+``web:simhash:{web:simhash}:``  LIST    page ids in the order they were indexed:
+``order``                               the three above are a cache of the
+                                        newest ``NEARDUP_CACHE_PAGES`` pages
+                                        (the page store holds the rest)
 ==============================  ======  =========================================
 
 ``<host>`` is the frontier's dispatch key, :func:`extensions.hosts.host_key`:
@@ -174,14 +180,14 @@ def bloom_meta(prefix: str) -> str:
     return f"{prefix}:bloom:meta"
 
 
-def simhash_band(prefix: str, band: int, value: int) -> str:
+def simhash_bands(prefix: str) -> str:
     """All duplicate-index keys share the ``{<prefix>:simhash}`` tag: one Lua
     script checks and updates them together (pipelines.dedup).
 
-    >>> simhash_band("web", 2, 0xBEEF)
-    'web:simhash:{web:simhash}:2:beef'
+    >>> simhash_bands("web")
+    'web:simhash:{web:simhash}:bands'
     """
-    return f"{prefix}:simhash:{{{prefix}:simhash}}:{band}:{value:x}"
+    return f"{prefix}:simhash:{{{prefix}:simhash}}:bands"
 
 
 def crawl_patterns(prefix: str) -> list[str]:
@@ -239,3 +245,10 @@ def content_hashes(prefix: str) -> str:
     'web:simhash:{web:simhash}:sha'
     """
     return f"{prefix}:simhash:{{{prefix}:simhash}}:sha"
+
+
+def simhash_order(prefix: str) -> str:
+    """>>> simhash_order("web")
+    'web:simhash:{web:simhash}:order'
+    """
+    return f"{prefix}:simhash:{{{prefix}:simhash}}:order"

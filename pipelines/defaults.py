@@ -40,7 +40,11 @@ MONGO_DATABASE = "webcrawl"
 MONGO_TIMEOUT_MS: Annotated[int, Range(1)] = 5000
 # Path of the SQLite page store (empty: WEBCRAWL_HOME/pages.sqlite3).
 SQLITE_PATH = ""
-# Check pages against the fleet's exact and near-duplicate index in Redis.
+# Newest pages whose duplicate index Redis caches (about 0.9 KB each), older
+# ones are found in the page store: keep it above the pages a fleet checks in
+# PIPELINE_FLUSH_INTERVAL (their batches are not written yet).
+NEARDUP_CACHE_PAGES: Annotated[int, Range(1)] = 2048
+# Check pages against the fleet's exact and near-duplicate index (store and Redis).
 NEARDUP_ENABLED = True
 # Largest SimHash Hamming distance that counts as a near-duplicate.
 NEARDUP_MAX_DISTANCE: Annotated[int, Range(0, 64)] = 3

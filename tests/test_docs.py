@@ -82,7 +82,7 @@ def test_every_key_of_the_readme_key_table_is_named_in_keys() -> None:
         f.recrawl, f.recrawl_data,
         keys.host_lock("web", "H"), keys.robots("web", "H"),
         keys.robots_fetch_lock("web", "H"), keys.bloom_shard("web", 0, 1),
-        keys.bloom_meta("web"), keys.simhash_band("web", 1, 2),
+        keys.bloom_meta("web"), keys.simhash_bands("web"), keys.simhash_order("web"),
         keys.simhash_pages("web"), keys.content_hashes("web"),
         keys.trap_pages("web", "H"), keys.trap_variants("web", "H", "/p"),
         s.fleet, s.worker("W"), s.minute(1),

@@ -415,3 +415,93 @@ def test_versions_are_bounded(tmp_path: Path) -> None:
             3.0,
         ]
         s.close()
+
+
+def words_page(url: str, words: list[str]) -> Any:
+    return page(url, f"<html><body><p>{' '.join(words)}</p></body></html>".encode())
+
+
+def test_find_original_exact_near_and_after_a_change(store_factory: Any) -> None:
+    """The store is the crawl's duplicate index: exact by content hash,
+    near by the SimHash band index; never the page itself, never a
+    duplicate, a failure or a page whose text changed since."""
+    from pipelines.dedup import Duplicate
+
+    store, reopen = store_factory
+    words = [f"w{i}" for i in range(600)]
+    orig = words_page("http://a.test/orig", words)
+    copy = words_page("http://a.test/copy", words)
+    near = words_page("http://a.test/near", [*words[:100], "changed", *words[101:]])
+    far = words_page("http://a.test/far", [f"v{i}" for i in range(600)])
+    assert orig.content_hash == copy.content_hash and orig.simhash is not None
+
+    def find(p: Any) -> Any:
+        return store.find_original(p.page_id, p.content_hash, p.simhash, 3, 64)
+
+    assert find(orig) is None  # an empty store
+    write(store, [orig])
+    assert find(orig) is None  # a re-fetch is not its own duplicate
+    found = find(copy)
+    assert found is not None and (found.kind, found.page_id) == ("exact", orig.page_id)
+    found = find(near)
+    assert found is not None and (found.kind, found.page_id) == ("near", orig.page_id)
+    assert 0 < found.distance <= 3
+    assert find(far) is None
+    # A duplicate stored as such is nobody's original.
+    copy.mark_duplicate(Duplicate("exact", orig.page_id))
+    write(store, [copy])
+    store.close()
+    store = reopen()
+    store.open()
+    try:
+        found = find(words_page("http://a.test/third", words))
+        assert found is not None and found.page_id == orig.page_id
+        # The original changes: its old text now matches nothing.
+        write(store, [words_page("http://a.test/orig", [f"z{i}" for i in range(600)])])
+        assert find(words_page("http://a.test/fourth", words)) is None
+        assert find(near) is None
+    finally:
+        store.close()
+
+
+def test_find_original_across_versions_and_304_visits(store_factory: Any) -> None:
+    """A recrawled page is never its own duplicate: not of its stored
+    version, nor of an earlier one kept in ``pages_versions`` (only the
+    newest content is an original); its band rows follow its content, and a
+    304 visit keeps them (the stored content stands)."""
+    store, reopen = store_factory
+    url = "http://a.test/news"
+    old = [f"w{i}" for i in range(600)]
+    new = [f"v{i}" for i in range(600)]
+
+    def find(p: Any) -> Any:
+        return store.find_original(p.page_id, p.content_hash, p.simhash, 3, 64)
+
+    def fetched(words: list[str], at: float, **kw: Any) -> Any:
+        p = words_page(url, words) if words else page(url, b"", **kw)
+        p.metadata["fetched_at"] = at
+        return p
+
+    v1 = fetched(old, 1.0)
+    write(store, [v1])
+    v2 = fetched(new, 2.0)
+    assert find(v2) is None
+    write(store, [v2])
+    assert len(store.get_versions(url)) == 1
+    assert find(v2) is None and find(fetched(old, 2.5)) is None
+    near_new = words_page("http://a.test/near", [*new[:100], "x", *new[101:]])
+    for visit in (fetched([], 3.0, status=304), fetched([], 4.0, status=304)):
+        write(store, [visit])
+        store.close()
+        store = reopen()
+        store.open()
+        assert find(fetched(new, 5.0)) is None
+        assert find(words_page("http://a.test/old-copy", old)) is None
+        found = find(words_page("http://a.test/copy", new))
+        assert found is not None and (found.kind, found.page_id) == (
+            "exact",
+            v2.page_id,
+        )
+        found = find(near_new)
+        assert found is not None and (found.kind, found.page_id) == ("near", v2.page_id)
+    store.close()

@@ -15,6 +15,12 @@ A store keeps two record kinds, after seed 000 section 4.6:
     a write replaces stored content by content of another hash, the stored
     one is copied here first (:func:`replaces_version`); the newest
     ``history_max`` per page are kept.
+``pages_simhash``
+    The near-duplicate index: per original page (:func:`is_original`) with a
+    SimHash, its four band values (:func:`simhash_bands`), indexed; rewritten
+    with the page's metadata. With the ``content_hash`` index of
+    ``pages_metadata`` it is the duplicate index of the whole crawl
+    (:meth:`PageStore.find_original`); Redis only caches the newest pages.
 
 Writes are idempotent upserts by ``_id``: a batch may be written twice (a retry
 after a connection dropped mid-flush) with the same result.
@@ -33,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
 # name -> SQL type (the SQLite store's columns; MongoDB keeps the same names).
 METADATA_FIELDS: dict[str, str] = {
@@ -197,6 +203,22 @@ class PageStore(Protocol):
         ``fetched_at``, ``content_hash``)."""
         ...
 
+    def find_original(
+        self,
+        page_id: str,
+        content_hash: str | None,
+        simhash: int | None,
+        max_distance: int,
+        max_candidates: int,
+    ) -> Original | None:
+        """The stored original the page duplicates, if any: one whose
+        content hash is ``content_hash`` (exact), else the nearest whose
+        SimHash is within ``max_distance`` (near; candidates come from the
+        SimHash band index, at most ``max_candidates`` per band). Originals
+        are pages stored with their content; ``page_id`` itself never
+        matches (a re-fetch is not its own duplicate). Runs in a thread."""
+        ...
+
 
 NOT_MODIFIED = 304
 
@@ -264,6 +286,58 @@ def with_visit(
         # its first entry knew whether it changed.
         return history[-limit:] if history else []
     return [*(history or []), entry][-limit:]
+
+
+@dataclass(frozen=True)
+class Original:
+    """What :meth:`PageStore.find_original` found: ``kind`` is ``"exact"``
+    or ``"near"``, ``page_id`` the original, ``distance`` the Hamming
+    distance of the SimHashes (0 for an exact match)."""
+
+    kind: str
+    page_id: str
+    distance: int = 0
+
+
+def simhash_bands(simhash: str | None) -> list[int]:
+    """The band index values of a SimHash (16 hex digits): ``band << 16 |
+    block`` for its four 16-bit blocks, low block first. Two SimHashes
+    within Hamming distance 3 share one of them (pigeonhole).
+
+    >>> [hex(b) for b in simhash_bands("1111222233334444")]
+    ['0x4444', '0x13333', '0x22222', '0x31111']
+    >>> simhash_bands(None)
+    []
+    """
+    if not simhash:
+        return []
+    value = int(simhash, 16)
+    return [band << 16 | (value >> (16 * band)) & 0xFFFF for band in range(4)]
+
+
+def is_original(doc: dict[str, Any]) -> bool:
+    """A metadata document whose page other pages may duplicate: stored with
+    its content (so not a failure, a ``noindex`` page nor a duplicate)."""
+    return bool(doc.get("has_content")) and not doc.get("duplicate_of")
+
+
+def nearest(
+    simhash: int, candidates: Iterable[tuple[str, str]], max_distance: int
+) -> Original | None:
+    """The candidate ``(page id, SimHash hex)`` nearest ``simhash`` within
+    ``max_distance`` (ties: the smallest page id, so every store agrees).
+
+    >>> nearest(0b1011, [("b", "000000000000000f"), ("a", "0000000000000003")], 1)
+    Original(kind='near', page_id='a', distance=1)
+    >>> nearest(0, [("a", "00000000000000ff")], 3) is None
+    True
+    """
+    best: tuple[int, str] | None = None
+    for page_id, other in candidates:
+        distance = (simhash ^ int(other, 16)).bit_count()
+        if distance <= max_distance and (best is None or (distance, page_id) < best):
+            best = (distance, page_id)
+    return None if best is None else Original("near", best[1], best[0])
 
 
 def content_source(meta: dict[str, Any]) -> str | None:

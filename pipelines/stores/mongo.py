@@ -1,10 +1,12 @@
 """The production page store: MongoDB through pymongo.
 
-Collections ``pages_metadata`` and ``pages_content`` (see
+Collections ``pages_metadata``, ``pages_content`` and ``pages_simhash``
+(``{_id: page id, simhash: hex, bands: [int]}``, see
 :mod:`pipelines.stores.base`); indexes created at open: ``url`` unique,
-``domain``, ``fetched_at``, ``content_hash``. A batch is two unordered bulk
-writes of ``ReplaceOne(upsert=True)`` by ``_id`` (metadata first, then the
-content of the metadata that was written), so a retried batch is harmless.
+``domain``, ``fetched_at``, ``content_hash``, and ``bands`` (multikey). A
+batch is three unordered bulk writes of ``ReplaceOne(upsert=True)`` by
+``_id`` (metadata first, then the content and the band index of the metadata
+that was written), so a retried batch is harmless.
 
 Errors: network errors, server selection timeouts, primary step-downs and
 write errors labelled retryable raise
@@ -46,13 +48,17 @@ from pipelines.stores.base import (
     NOT_MODIFIED,
     BatchResult,
     DocumentError,
+    Original,
     PermanentStoreError,
     StoredPage,
     StoreNotFoundError,
     TransientStoreError,
     assemble_pages,
     decompress,
+    is_original,
+    nearest,
     replaces_version,
+    simhash_bands,
     visit,
     with_visit,
 )
@@ -158,6 +164,7 @@ class MongoStore:
                 [("page_id", 1), ("fetched_at", -1)], name="page_id_fetched_at"
             )
             db["pages_versions"].create_index("url", name="url")
+            db["pages_simhash"].create_index("bands", name="bands")
         except ConnectionFailure as e:
             raise TransientStoreError(f"mongodb unreachable: {e}") from e
         except OperationFailure as e:
@@ -212,6 +219,27 @@ class MongoStore:
             db["pages_content"], content, result, "pages_content", delete_ids=stale
         )
         result.content_written = len(done)
+        originals = [
+            {
+                "_id": d["_id"],
+                "simhash": d["simhash"],
+                "bands": simhash_bands(d["simhash"]),
+            }
+            for d in metadata_docs
+            if d["_id"] in written
+            and d["_id"] not in visits
+            and is_original(d)
+            and d.get("simhash")
+        ]
+        # A visit (a 304) keeps the stored content, so it keeps its bands.
+        indexed = {d["_id"] for d in originals} | visits
+        self._bulk(
+            db["pages_simhash"],
+            originals,
+            result,
+            "pages_simhash",
+            delete_ids=[i for i in sorted(written) if i not in indexed],
+        )
         return result
 
     def _with_history(
@@ -309,6 +337,41 @@ class MongoStore:
             )
             for d in docs
         ]
+
+    def find_original(
+        self,
+        page_id: str,
+        content_hash: str | None,
+        simhash: int | None,
+        max_distance: int,
+        max_candidates: int,
+    ) -> Original | None:
+        db = self._database()
+        try:
+            if content_hash:
+                found = db["pages_metadata"].find_one(
+                    {
+                        "content_hash": content_hash,
+                        "has_content": True,
+                        "duplicate_of": None,
+                        "_id": {"$ne": page_id},
+                    },
+                    {"_id": 1},
+                    sort=[("_id", 1)],
+                )
+                if found is not None:
+                    return Original("exact", str(found["_id"]))
+            if simhash is None:
+                return None
+            rows: list[tuple[str, str]] = []
+            for band in simhash_bands(f"{simhash:016x}"):
+                cursor = db["pages_simhash"].find(
+                    {"bands": band, "_id": {"$ne": page_id}}, {"simhash": 1}
+                )
+                rows += [(d["_id"], d["simhash"]) for d in cursor.limit(max_candidates)]
+        except ConnectionFailure as e:
+            raise TransientStoreError(f"mongodb unreachable: {e}") from e
+        return nearest(simhash, rows, max_distance)
 
     def _fits(self, doc: dict[str, Any], collection: str, result: BatchResult) -> bool:
         size = len(BSON.encode(doc))

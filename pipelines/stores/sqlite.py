@@ -4,8 +4,9 @@ Used when ``MONGO_URI`` is empty, at ``WEBCRAWL_HOME/pages.sqlite3``: tables
 ``pages_metadata`` (unique ``url``, indexes on ``domain``, ``fetched_at``,
 ``content_hash``) and ``pages_content``, the columns of
 :data:`pipelines.stores.base.METADATA_FIELDS` and ``CONTENT_FIELDS`` (``_id``
-is the column ``id``). WAL journaling lets ``python -m pipelines.read`` read
-while a crawl writes.
+is the column ``id``), and ``pages_simhash`` (``band``, ``id``, ``simhash``:
+four rows per original page, primary key ``(band, id)``, indexed by ``id``).
+WAL journaling lets ``python -m pipelines.read`` read while a crawl writes.
 
 Settings read (by :meth:`SQLiteStore.from_settings`): ``WEBCRAWL_HOME``,
 ``PAGE_HISTORY_MAX``, ``SQLITE_PATH`` (each also from the environment when the
@@ -32,13 +33,17 @@ from pipelines.stores.base import (
     VERSION_FIELDS,
     BatchResult,
     DocumentError,
+    Original,
     PermanentStoreError,
     StoredPage,
     StoreNotFoundError,
     TransientStoreError,
     assemble_pages,
     decompress,
+    is_original,
+    nearest,
     replaces_version,
+    simhash_bands,
     visit,
     with_visit,
 )
@@ -79,6 +84,13 @@ def _store_error(error: sqlite3.Error, what: str) -> Exception:
 
 # Metadata columns added with continuous crawling (pipelines.stores.base).
 HISTORY_COLUMNS = ("checked_at", "history")
+
+# The near-duplicate band index (see pipelines.stores.base): a page's rows go
+# with its metadata row, in the same transaction.
+SIMHASH_TABLE = (
+    "CREATE TABLE IF NOT EXISTS pages_simhash (band INTEGER NOT NULL, "
+    "id TEXT NOT NULL, simhash TEXT NOT NULL, PRIMARY KEY (band, id)) WITHOUT ROWID"
+)
 
 
 def _column(name: str) -> str:
@@ -177,6 +189,10 @@ class SQLiteStore:
                         f"CREATE INDEX IF NOT EXISTS pages_metadata_{name} "
                         f"ON pages_metadata ({name})"
                     )
+                conn.execute(SIMHASH_TABLE)
+                conn.execute(
+                    "CREATE INDEX IF NOT EXISTS pages_simhash_id ON pages_simhash (id)"
+                )
         except sqlite3.Error as e:  # not a database, read-only, locked
             conn.close()
             raise _store_error(e, f"open {self.path}") from e
@@ -244,6 +260,7 @@ class SQLiteStore:
                             )
                             continue
                         written.add(doc["_id"])
+                        self._index_simhash(conn, doc)
                         if not doc.get("has_content"):
                             conn.execute(
                                 "DELETE FROM pages_content WHERE id = ?",
@@ -322,6 +339,49 @@ class SQLiteStore:
             )
             for vid, at, chash, blob, enc in rows
         ]
+
+    @staticmethod
+    def _index_simhash(conn: sqlite3.Connection, doc: dict[str, Any]) -> None:
+        conn.execute("DELETE FROM pages_simhash WHERE id = ?", (doc["_id"],))
+        if is_original(doc):
+            sh = doc["simhash"]
+            conn.executemany(
+                "INSERT INTO pages_simhash (band, id, simhash) VALUES (?, ?, ?)",
+                [(band, doc["_id"], sh) for band in simhash_bands(sh)],
+            )
+
+    def find_original(
+        self,
+        page_id: str,
+        content_hash: str | None,
+        simhash: int | None,
+        max_distance: int,
+        max_candidates: int,
+    ) -> Original | None:
+        with self._lock:
+            conn = self._connection()
+            try:
+                if content_hash:
+                    row = conn.execute(
+                        "SELECT id FROM pages_metadata WHERE content_hash = ? "
+                        "AND has_content = 1 AND duplicate_of IS NULL AND id != ? "
+                        "ORDER BY id LIMIT 1",
+                        (content_hash, page_id),
+                    ).fetchone()
+                    if row is not None:
+                        return Original("exact", row[0])
+                if simhash is None:
+                    return None
+                rows: list[tuple[str, str]] = []
+                for band in simhash_bands(f"{simhash:016x}"):
+                    rows += conn.execute(
+                        "SELECT id, simhash FROM pages_simhash WHERE band = ? "
+                        "AND id != ? LIMIT ?",
+                        (band, page_id, max_candidates),
+                    ).fetchall()
+            except sqlite3.Error as e:
+                raise _store_error(e, "read") from e
+        return nearest(simhash, rows, max_distance)
 
     def _metadata_rows(self, sql: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
         conn = self._connection()
