@@ -450,9 +450,7 @@ def test_find_original_exact_near_and_after_a_change(store_factory: Any) -> None
     # A duplicate stored as such is nobody's original.
     copy.mark_duplicate(Duplicate("exact", orig.page_id))
     write(store, [copy])
-    store.close()
-    store = reopen()
-    store.open()
+    store = reopened(store, reopen)
     try:
         found = find(words_page("http://a.test/third", words))
         assert found is not None and found.page_id == orig.page_id
@@ -492,9 +490,7 @@ def test_find_original_across_versions_and_304_visits(store_factory: Any) -> Non
     near_new = words_page("http://a.test/near", [*new[:100], "x", *new[101:]])
     for visit in (fetched([], 3.0, status=304), fetched([], 4.0, status=304)):
         write(store, [visit])
-        store.close()
-        store = reopen()
-        store.open()
+        store = reopened(store, reopen)
         assert find(fetched(new, 5.0)) is None
         assert find(words_page("http://a.test/old-copy", old)) is None
         found = find(words_page("http://a.test/copy", new))
