@@ -176,6 +176,26 @@ def report(out: dict[str, float], error_rate: float) -> str:
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
+def geometry_report(
+    points: tuple[int, ...] = (10_000, 1_600_000, 1_600_001, 10_000_000,
+                               50_000_000, 100_000_000, 100_800_001, 200_000_000),
+) -> str:  # fmt: skip
+    """The default scalable geometry (``BloomConfig()``) at ``points`` items:
+    its layers' bits against an optimal filter's for the same items at their
+    compound bound (:meth:`extensions.bloom.BloomConfig.overhead`)."""
+    config = BloomConfig()
+    lines = ["items          layers  MB        compound bound  bits / optimal"]
+    for n in points:
+        layers = config.layers_for(n)
+        mb = sum(x.bits for x in layers) / 8e6
+        bound = sum(x.error_rate for x in layers)
+        lines.append(
+            f"{n:<14,} {len(layers):<7} {mb:<9.2f} {bound:<15.5f} "
+            f"{config.overhead(n):.3f}"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.bloom", description=__doc__)
     parser.add_argument("--n", type=int, default=1_000_000, help="URLs to insert")
@@ -185,7 +205,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--shard-bits", type=int, default=2**32, help="most bits per Redis string"
     )
+    parser.add_argument(
+        "--geometry",
+        action="store_true",
+        help="only print the default scalable geometry's bits against optimal",
+    )
     args = parser.parse_args(argv)
+    if args.geometry:
+        print(geometry_report())
+        return 0
     n = 50_000 if args.quick else args.n
     out = run(n, args.error_rate, args.batch, args.shard_bits)
     print(report(out, args.error_rate))

@@ -229,8 +229,6 @@ def _commands(
             "WEB_ALLOWED_DOMAINS": "sandbox.test",
             # The sandbox web is on loopback: lift the SSRF guard.
             "ALLOW_PRIVATE_ADDRESSES": True,
-            # 1 M URLs (1.8 MB), as demo.localcrawl does for the sandbox.
-            "BLOOM_CAPACITY": 1_000_000,
         }
         cmd = worker_command(settings)
         return [cmd] * crawler.workers, worker_env()

@@ -23,11 +23,15 @@ Reads no settings (``extensions.defaults`` gives the Bloom error rate).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
+import hashlib
 import sys
 import tempfile
+import time
 import tracemalloc
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -41,12 +45,15 @@ from extensions.embedded_redis import RedisProcess
 from extensions.frontier import Frontier, QueuedRequest
 from extensions.hosts import host_key
 from extensions.serialization import request_to_bytes
+from pipelines import defaults as pipeline_defaults
+from pipelines.dedup import DuplicateIndex
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 HOSTS = 100
 BATCH = 1000
+GEOMETRY_POINTS = (10_000, 1_000_000, 10_000_000, 50_000_000, 100_000_000)
 
 
 def requests(n: int) -> Iterator[Request]:
@@ -185,14 +192,197 @@ def webcrawl(url: str, n: int) -> dict[str, float]:
     }
 
 
-def measure(n: int) -> dict[str, dict[str, Any]]:
-    """Bytes per queued request and per seen URL for the three systems."""
+async def _check_pages(url: str, n: int) -> None:
+    client = aredis.Redis.from_url(url)
+    index = DuplicateIndex(client, "web")
+    for i in range(n):
+        digest = hashlib.sha256(f"page {i}".encode()).digest()
+        simhash = int.from_bytes(digest[:8], "big")
+        await index.check(f"{digest[8:28].hex()}", digest.hex(), simhash)
+    await client.aclose()
+
+
+def duplicate_index(url: str, n: int) -> dict[str, float]:
+    """Redis bytes of the duplicate index after ``n`` distinct stored pages
+    (page ids of 40 hex digits, SHA-256 content hashes, random SimHashes):
+    a cache of ``NEARDUP_CACHE_PAGES`` pages, the page store holds the rest."""
+    asyncio.run(_check_pages(url, n))
+    client = redis.Redis.from_url(url)
+    total = redis_bytes(client)
+    client.close()
+    cached = min(n, pipeline_defaults.NEARDUP_CACHE_PAGES)
+    return {"total": total, "per_page": total / n, "per_cached_page": total / cached}
+
+
+def _family(key: bytes) -> str:
+    """>>> _family(b"web:bloom:{web:0}:1"), _family(b"web:{web}:q:http://a:80")
+    ('bloom', 'frontier:q')
+    """
+    parts = key.decode().split(":")
+    if len(parts) > 2 and parts[1].startswith("{"):
+        return f"frontier:{parts[2]}"
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def families(client: redis.Redis) -> dict[str, int]:
+    """``MEMORY USAGE`` summed per key family (:func:`_family`)."""
+    out: dict[str, int] = {}
+    for key in client.scan_iter(count=1000):
+        size = int(client.memory_usage(key, samples=0) or 0)
+        out[_family(key)] = out.get(_family(key), 0) + size
+    return dict(sorted(out.items()))
+
+
+def crawl(pages: int, workers: int = 2, timeout: float = 900.0) -> dict[str, Any]:
+    """A real crawl of ``pages`` sandbox pages (100 hosts, duplicates on) with
+    the default settings and the storage pipeline (SQLite), on a fresh
+    redis-server: its Redis memory at the end (``INFO memory`` used_memory
+    over the empty server's, and ``MEMORY USAGE`` per key family) and the
+    highest used_memory seen while it ran (sampled every 0.5 s), with its
+    keys' ``MEMORY USAGE`` per family at that moment."""
+    from demo.localcrawl import crawl_sandbox
+    from sandbox.site import SiteSpec
+
+    spec = SiteSpec(
+        seed=4,
+        hosts=100,
+        pages_per_host=pages // 100,
+        features=frozenset({"duplicates"}),
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-crawl-memory-") as tmp:
+        server = RedisProcess(tmp, appendonly=False).start()
+        try:
+            client = redis.Redis.from_url(server.url)
+            empty = int(client.info("memory")["used_memory"])
+            peak: dict[str, Any] = {"used": empty, "families": {}}
+
+            def sample(procs: list[Any], web: Any) -> None:
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline:
+                    used = int(client.info("memory")["used_memory"])
+                    if used > peak["used"]:
+                        peak.update(used=used, families=families(client))
+                    if all(p.poll() is not None for p in procs):
+                        return
+                    time.sleep(0.5)
+
+            report = crawl_sandbox(
+                spec,
+                server.url,
+                Path(tmp) / "home",
+                workers=workers,
+                settings={"MAX_IDLE_TIME_BEFORE_CLOSE": 5},
+                timeout=timeout,
+                during=sample,
+            )
+            used = int(client.info("memory")["used_memory"]) - empty
+            at_end = families(client)
+            client.close()
+        finally:
+            server.stop()
+    fetched = len({(r["host"], r["path"]) for r in report.page_records})
+    return {
+        "pages": fetched,
+        "used_memory": used,
+        "peak_used_memory": peak["used"] - empty,
+        "peak_families": peak["families"],
+        "keys": sum(at_end.values()),
+        "families": at_end,
+        "per_page": used / max(fetched, 1),
+        "codes": report.exit_codes,
+        "seconds": report.seconds,
+    }
+
+
+def geometry(points: tuple[int, ...] = GEOMETRY_POINTS) -> list[dict[str, float]]:
+    """The default Bloom geometry at ``points`` items: layers, MB, and the
+    ratio of its bits to an optimal filter's at the compound bound."""
+    config = BloomConfig()
+    rows = []
+    for n in points:
+        layers = config.layers_for(n)
+        rows.append(
+            {
+                "items": n,
+                "layers": len(layers),
+                "mb": sum(x.bits for x in layers) / 8 / 1e6,
+                "bound": sum(x.error_rate for x in layers),
+                "overhead": config.overhead(n),
+            }
+        )
+    return rows
+
+
+def measure(n: int, crawl_pages: int = 0) -> dict[str, dict[str, Any]]:
+    """Bytes per queued request and per seen URL for the three systems;
+    webcrawl's duplicate index, its Bloom geometry, and (``crawl_pages`` >
+    0) a real crawl's Redis memory."""
     out: dict[str, dict[str, Any]] = {"scrapy": stock_scrapy(n)}
-    for name, func in (("scrapy-redis", scrapy_redis), ("webcrawl", webcrawl)):
+    for name, func in (
+        ("scrapy-redis", scrapy_redis),
+        ("webcrawl", webcrawl),
+        ("dedup", duplicate_index),
+    ):
         with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
             server = RedisProcess(tmp, appendonly=False).start()
             try:
                 out[name] = func(server.url, n)
             finally:
                 server.stop()
+    out["geometry"] = {"rows": geometry()}
+    if crawl_pages:
+        out["crawl"] = crawl(crawl_pages)
     return out
+
+
+def report(n: int, out: dict[str, dict[str, Any]]) -> str:
+    """The webcrawl rows as text (``python -m bench.memory``)."""
+    web, dedup = out["webcrawl"], out["dedup"]
+    lines = [
+        f"{n:,} requests / pages",
+        f"bytes per queued request              {web['queued']:.1f}",
+        f"Bloom bytes per seen URL (sized for N) {web['seen']:.3f}"
+        f" (bound {web['bloom_bound']:.3f})",
+        f"duplicate index, Redis bytes total    {dedup['total']:,.0f}"
+        f" ({dedup['per_cached_page']:.0f} B per cached page, cache of"
+        f" {pipeline_defaults.NEARDUP_CACHE_PAGES:,})",
+        f"duplicate index, Redis bytes per page {dedup['per_page']:.1f}",
+        f"all-in per seen URL (Bloom + index)   {web['seen'] + dedup['per_page']:.2f}",
+        "",
+        "default Bloom geometry: items, layers, MB, compound bound, bits/optimal",
+    ]
+    for row in out["geometry"]["rows"]:
+        lines.append(
+            f"  {row['items']:>13,} {row['layers']:>2} {row['mb']:>9.2f}"
+            f" {row['bound']:.5f} {row['overhead']:.3f}"
+        )
+    if "crawl" in out:
+        c = out["crawl"]
+        lines += [
+            "",
+            f"crawl of {c['pages']:,} pages in {c['seconds']:.0f} s (2 workers,"
+            f" exit codes {c['codes']}):",
+            "  Redis used_memory at the end, over an empty server "
+            f"{c['used_memory']:,} B ({c['per_page']:.0f} B per page)",
+            f"  highest used_memory while crawling                 "
+            f"{c['peak_used_memory']:,} B; its keys: "
+            + ", ".join(f"{k} {v:,}" for k, v in c["peak_families"].items()),
+            f"  MEMORY USAGE of every key {c['keys']:,} B: "
+            + ", ".join(f"{k} {v:,}" for k, v in c["families"].items()),
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__)
+    parser.add_argument("--n", type=int, default=50_000, help="requests and pages")
+    parser.add_argument(
+        "--crawl-pages", type=int, default=10_000, help="sandbox crawl (0: none)"
+    )
+    args = parser.parse_args(argv)
+    print(report(args.n, measure(args.n, args.crawl_pages)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

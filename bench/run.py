@@ -4,7 +4,8 @@ Crawls the sandbox web with stock Scrapy, stock scrapy-redis and webcrawl (one
 and two workers), in turn, same pages, seeds, concurrency and delay
 (:mod:`bench.crawlers`), repeats each crawl, measures Redis memory per queued
 request and per seen URL (:mod:`bench.memory`), runs the component
-micro-benchmarks (``python -m bench.bloom``, ``python -m bench.pipeline``) and
+micro-benchmarks (``python -m bench.bloom``, ``python -m bench.pipeline``,
+``python -m bench.freshness``) and
 prints one table per scenario, crawlers as columns, each cell the median of
 the repeats, its range, and its ratio to stock Scrapy. The tables also go to
 ``bench/out/latest.md``. Every crawl is bounded by ``--timeout``; everything
@@ -26,7 +27,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import redis
 import scrapy
@@ -79,6 +80,7 @@ class Size:
     uniform_delay: float
     skewed_delay: float
     memory_n: int
+    crawl_pages: int  # the memory table's real crawl (bench.memory.crawl)
     idle_close: float
     timeout: float
     bloom_args: list[str]
@@ -107,6 +109,7 @@ FULL = Size(
     uniform_delay=0.5,
     skewed_delay=0.3,
     memory_n=50_000,
+    crawl_pages=10_000,
     idle_close=2.0,
     # Per crawl process: 5,000 pages at a slow 20 pages/s is 250 s.
     timeout=480.0,
@@ -126,6 +129,7 @@ QUICK = Size(
     uniform_delay=0.25,
     skewed_delay=0.25,
     memory_n=2_000,
+    crawl_pages=300,
     idle_close=1.0,
     timeout=60.0,
     bloom_args=["--quick"],
@@ -410,7 +414,7 @@ def goals_table(done: Sequence[Scenario]) -> str | None:
     return text + "".join(f"\n\n{n}" for n in notes)
 
 
-def memory_table(n: int, out: dict[str, dict[str, float]]) -> str:
+def memory_table(n: int, out: dict[str, dict[str, Any]]) -> str:
     base = out["scrapy"]
     rows = []
     for key, label in (
@@ -431,12 +435,34 @@ def memory_table(n: int, out: dict[str, dict[str, float]]) -> str:
             f"{seen:.3f} vs {bound:.3f} ({100 * (seen / bound - 1):+.1f}%)",
         ]
     )
-    return (
+    dedup = out["dedup"]["per_page"]
+    rows.append(
+        [
+            "Redis bytes per stored page, duplicate index",
+            "n/a",
+            "n/a",
+            f"{dedup:.1f} (a bounded cache; the page store holds the index)",
+        ]
+    )
+    rows.append(["Redis bytes per seen URL, all-in (Bloom + index)", "n/a", "n/a",
+                 f"{seen + dedup:.1f}"])  # fmt: skip
+    text = (
         f"### memory\n\n{n:,} requests over 100 hosts (depth "
         "meta), each system through its own queue and dupefilter code; stock "
         "Scrapy: Python heap (tracemalloc), the others: Redis MEMORY USAGE.\n\n"
         + table(["metric", "stock Scrapy", "scrapy-redis", "webcrawl"], rows)
     )
+    if "crawl" in out:
+        c = out["crawl"]
+        text += (
+            f"\n\nwebcrawl crawl of {c['pages']:,} sandbox pages (default "
+            f"settings, 2 workers): Redis used_memory {c['used_memory']:,} B over "
+            f"an empty server at the end, {c['peak_used_memory']:,} B at most "
+            "while crawling; MEMORY USAGE "
+            + ", ".join(f"{k} {v:,}" for k, v in c["families"].items())
+            + " B."
+        )
+    return text
 
 
 def micro(module: str, args: list[str], timeout: float) -> str:
@@ -520,12 +546,16 @@ def main(argv: list[str] | None = None) -> int:
             sections.append(goals)
             print("\n" + sections[-1], flush=True)
         if "memory" in only:
-            sections.append(memory_table(size.memory_n, measure(size.memory_n)))
+            out = measure(size.memory_n, size.crawl_pages)
+            sections.append(memory_table(size.memory_n, out))
             print("\n" + sections[-1], flush=True)
         if "micro" in only:
             for module, margs in (
                 ("bench.bloom", size.bloom_args),
                 ("bench.pipeline", size.pipeline_args),
+                # Continuous crawling: freshness of the revisit policies and
+                # the schedule's Redis bytes per URL (~15 s).
+                ("bench.freshness", ["--budget", "125", "--memory", "100000"]),
             ):
                 if margs is None:
                     continue

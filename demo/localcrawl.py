@@ -85,9 +85,6 @@ def sandbox_settings(redis_url: str, home: Path) -> dict[str, object]:
         "WEB_ALLOWED_DOMAINS": "sandbox.test",
         # The sandbox web is on loopback: lift the SSRF guard.
         "ALLOW_PRIVATE_ADDRESSES": True,
-        # A sandbox crawl is small: a 1 M-URL filter (1.8 MB) instead of the
-        # production default keeps each throw-away Redis small.
-        "BLOOM_CAPACITY": 1_000_000,
         "LOG_LEVEL": "INFO",
     }
 

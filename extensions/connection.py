@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -101,7 +102,14 @@ def check_redis(url: str, timeout: float = STARTUP_TIMEOUT) -> None:
             retry=Retry(NoBackoff(), 0),
         )
     except ValueError as exc:
-        raise RedisUnavailable(f"REDIS_URL={where} is not a Redis URL: {exc}") from None
+        # redis-py quotes the part it could not read (a "port" that may be a
+        # password, in ``redis://user:pw``): quote no part of the URL here.
+        detail = re.sub(
+            r"'([^']*)'", lambda m: "'***'" if m[1] in url else m[0], str(exc)
+        )
+        raise RedisUnavailable(
+            f"REDIS_URL={where} is not a Redis URL: {detail}"
+        ) from None
     try:
         client.ping()
     except FATAL_REDIS_ERRORS as exc:

@@ -46,6 +46,22 @@ SCHEDULER_FLUSH_ON_START = False
 # Dotted path of the function that scores a request's priority (empty: keep request.priority).
 FRONTIER_PRIORITY_FUNCTION = "extensions.scoring.seed_priority"
 
+# --- Continuous crawling (extensions.recrawl) ---------------------------------
+# Revisit every stored page: a next-visit time per page, conditional GET, adaptive interval.
+RECRAWL_ENABLED = False
+# Shortest revisit interval of a page, seconds.
+RECRAWL_MIN_INTERVAL: Annotated[float, Range(above=0)] = 3600.0
+# First revisit interval of a page without a Cache-Control/Expires/sitemap hint, seconds.
+RECRAWL_DEFAULT_INTERVAL: Annotated[float, Range(above=0)] = 86400.0
+# Longest revisit interval of a page, seconds.
+RECRAWL_MAX_INTERVAL: Annotated[float, Range(above=0)] = 2_592_000.0
+# Dotted path of the policy function(visit, bounds) -> next interval in seconds.
+RECRAWL_POLICY = "extensions.recrawl.adaptive_interval"
+# Due revisits claimed per poll of the schedule.
+RECRAWL_BATCH_SIZE: Annotated[int, Range(1, 100_000)] = 100
+# Seconds between polls of the schedule for due revisits.
+RECRAWL_POLL_INTERVAL: Annotated[float, Range(above=0)] = 1.0
+
 # --- Politeness (extensions.politeness, extensions.robots, extensions.backoff) --
 # Take the fleet-wide per-host download lock before each download.
 POLITENESS_ENABLED = True
@@ -127,10 +143,11 @@ TRAP_MAX_QUERY_VARIANTS: Annotated[int, Range(0)] = 500
 MAX_OUTLINKS_PER_PAGE: Annotated[int, Range(0)] = 1000
 
 # --- Bloom dupefilter (extensions.dupefilter, extensions.bloom) ---------------
-# Items the first Bloom layer holds at BLOOM_ERROR_RATE (at 0.1%: 180 MB of Redis).
-BLOOM_CAPACITY: Annotated[int, Range(1)] = 100_000_000
+# Items the first Bloom layer holds at BLOOM_ERROR_RATE (3.5 MB of Redis); later
+# layers grow by BLOOM_GROWTH, so six layers hold 100.8 M (see extensions.bloom).
+BLOOM_CAPACITY: Annotated[int, Range(1)] = 1_600_000
 # False-positive rate of the first layer while it is within its capacity.
-BLOOM_ERROR_RATE: Annotated[float, Range(above=0, below=1)] = 0.001
+BLOOM_ERROR_RATE: Annotated[float, Range(above=0, below=1)] = 0.0002
 # Capacity multiplier of each new layer of a scalable filter.
 BLOOM_GROWTH: Annotated[float, Range(1)] = 2.0
 # Key prefix when there is no spider name (the spider name wins when there is one).
@@ -146,7 +163,7 @@ BLOOM_SHARD_BITS: Annotated[int, Range(64, 2**32)] = 2**32
 # Seconds between refreshes of the BITCOUNT-based dupefilter stats (0: only on close).
 BLOOM_STATS_INTERVAL: Annotated[float, Range(0)] = 60.0
 # Error-rate ratio of each new layer to the previous one (bound: rate / (1 - this)).
-BLOOM_TIGHTENING: Annotated[float, Range(above=0, below=1)] = 0.5
+BLOOM_TIGHTENING: Annotated[float, Range(above=0, below=1)] = 0.9
 
 # --- Fleet statistics (extensions.fleetstats) ---------------------------------
 # Seconds between folds of this worker's stats into Redis (one script call; 0: off).

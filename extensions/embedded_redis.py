@@ -163,8 +163,8 @@ class RedisProcess:
 
 def webcrawl_home(settings: BaseSettings | None = None) -> Path:
     """The directory of embedded state: the ``WEBCRAWL_HOME`` setting, else the
-    environment variable of that name, else its default, ``.webcrawl`` (the one
-    place this precedence is written)."""
+    environment variable of that name, else its default (``.webcrawl``, in
+    :mod:`extensions.defaults`); the one place this precedence is written."""
     return Path(setting_or_env(settings, "WEBCRAWL_HOME") or defaults.WEBCRAWL_HOME)
 
 
@@ -215,6 +215,22 @@ def find_or_start(home: str | os.PathLike[str] | None = None) -> tuple[str, bool
         url = f"redis://127.0.0.1:{port}/0"
         url_file.write_text(url + "\n")
         return url, True
+
+
+def embedded_unless_configured(settings: BaseSettings, priority: str) -> bool:
+    """Point ``REDIS_URL`` at the embedded Redis when none is configured.
+
+    A configured Redis (setting, environment or ``REDIS_URL_FILE``) is left
+    alone; otherwise this machine's embedded Redis under ``WEBCRAWL_HOME`` is
+    found or started and its URL set at ``priority``. Returns whether this
+    call started the server. The add-on and the operator commands both find
+    Redis through here, so a worker and ``scrapy status`` agree on it.
+    """
+    if setting_or_env(settings, "REDIS_URL"):
+        return False
+    url, started = find_or_start(webcrawl_home(settings))
+    settings.set("REDIS_URL", url, priority)
+    return started
 
 
 class StopIfNeverOpened:

@@ -91,28 +91,27 @@ INFO_FIELDS = (
 
 # fold: add counter deltas to the fleet, the worker and the minute bucket, and
 # beat the worker record.
-# KEYS[1] fleet totals HASH, KEYS[2] the worker's HASH
-# ARGV[1] minute bucket key prefix, ARGV[2] worker record TTL (ms),
-# ARGV[3] bucket TTL (s), ARGV[4] n counters, then n (name, delta) pairs, then
-# (field, value) pairs of the worker's beat.
+# KEYS[1] fleet totals HASH, KEYS[2] the worker's HASH, KEYS[3] the bucket
+# HASH of the current minute (chosen by the caller, see FleetStats.fold)
+# ARGV[1] worker record TTL (ms), ARGV[2] bucket TTL (s), ARGV[3] n counters,
+# then n (name, delta) pairs, then (field, value) pairs of the worker's beat.
 # Returns the Redis time (ms) of the fold.
 FOLD_LUA = (
     LUA_NOW_MS
     + """
 local now = now_ms()
-local bucket = ARGV[1] .. math.floor(now / 60000)
-local n = tonumber(ARGV[4])
+local n = tonumber(ARGV[3])
 for i = 0, n - 1 do
-  local name, delta = ARGV[5 + 2 * i], ARGV[6 + 2 * i]
+  local name, delta = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
   redis.call('HINCRBY', KEYS[1], name, delta)
   redis.call('HINCRBY', KEYS[2], name, delta)
-  redis.call('HINCRBY', bucket, name, delta)
+  redis.call('HINCRBY', KEYS[3], name, delta)
 end
-if n > 0 then redis.call('EXPIRE', bucket, ARGV[3]) end
+if n > 0 then redis.call('EXPIRE', KEYS[3], ARGV[2]) end
 local beat = {'beat', now}
-for i = 5 + 2 * n, #ARGV do beat[#beat + 1] = ARGV[i] end
+for i = 4 + 2 * n, #ARGV do beat[#beat + 1] = ARGV[i] end
 redis.call('HSET', KEYS[2], unpack(beat))
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
 return now
 """
 )
@@ -264,6 +263,8 @@ class FleetStats:
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._client: aredis.Redis | None = None
+        # (Redis time in ms, time.monotonic()) at the last reply from Redis.
+        self._clock: tuple[int, float] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -344,7 +345,6 @@ class FleetStats:
                 self.prefix,
             )
         args: list[Any] = [
-            self._keys.minute_prefix,
             max(int(self.interval * 3000), self.lease_timeout_ms),
             BUCKETS * 60 + 60,
             len(deltas),
@@ -358,11 +358,22 @@ class FleetStats:
             "metrics_port", int(stats.get_value("metrics/port") or 0),
             "waiting_for_seeds", int(waiting),
         ]  # fmt: skip
-        when = int(
-            await script(self._client, FOLD_LUA)(
-                keys=[self._keys.fleet, self._keys.worker(self.worker)], args=args
-            )
-        )
+        # The bucket is named before the call (a script touches only the keys
+        # it is given): the minute on Redis's clock, from the last fold's
+        # Redis time plus the time since. Near a minute's edge a fold may land
+        # in the neighbouring bucket by the round trip's few milliseconds.
+        assert self._client is not None
+        if self._clock is None:
+            self._clock = (await server_now_ms(self._client), now)
+        redis_ms, at = self._clock
+        minute = int(redis_ms + (now - at) * 1000) // 60000
+        keys = [
+            self._keys.fleet,
+            self._keys.worker(self.worker),
+            self._keys.minute(minute),
+        ]
+        when = int(await script(self._client, FOLD_LUA)(keys=keys, args=args))
+        self._clock = (when, time.monotonic())
         # Only after Redis took it: a failed fold is carried by the next one.
         self._folded = counters
         self._samples.append((now, pages))

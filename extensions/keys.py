@@ -38,6 +38,10 @@ key                             type    what it holds
                                         the newest 10,000
 ``web:{web}:poison:<key>``      any     a frontier key of the wrong type,
                                         renamed aside
+``web:{web}:recrawl``           ZSET    stored URL -> its next visit (ms)
+                                        (``RECRAWL_ENABLED``)
+``web:{web}:recrawl:data``      HASH    stored URL -> JSON [interval s, etag,
+                                        last-modified, content hash]
 ``web:{web}:lock:<id>``         STRING  per-host download lock (token, PX);
                                         id: host, registered domain or IP
 ``web:stats:{web:stats}:fleet``  HASH    fleet totals: counter -> value
@@ -54,12 +58,18 @@ key                             type    what it holds
 ``web:traps:{web:traps:<h>}:``  HLL     distinct query strings (or dated /
 ``v:<path>``                            session-id variants) of one path
                                         (``TRAP_MAX_QUERY_VARIANTS``)
-``web:simhash:{web:simhash}:``  SET     near-duplicate band index: page ids
-``<band>:<block>``                      whose SimHash has that 16-bit block
+``web:simhash:{web:simhash}:``  HASH    near-duplicate band index:
+``bands``                               "<band>:<block>" -> the page ids (space
+                                        separated) whose SimHash has that
+                                        16-bit block in that band
 ``web:simhash:{web:simhash}:``  HASH    page id -> "<simhash> <content hash>"
 ``pages``                               of the indexed (original) pages
 ``web:simhash:{web:simhash}:``  HASH    content hash (SHA-256 of the text) ->
 ``sha``                                 page id (exact duplicates)
+``web:simhash:{web:simhash}:``  LIST    page ids in the order they were indexed:
+``order``                               the three above are a cache of the
+                                        newest ``NEARDUP_CACHE_PAGES`` pages
+                                        (the page store holds the rest)
 ==============================  ======  =========================================
 
 ``<host>`` is the frontier's dispatch key, :func:`extensions.hosts.host_key`:
@@ -104,6 +114,8 @@ class FrontierKeys:
         self.dlq_reasons = tagged + "dlq:reasons"
         self.paused = tagged + "paused"
         self.poison = tagged + "poison"
+        self.recrawl = tagged + "recrawl"
+        self.recrawl_data = tagged + "recrawl:data"
 
     def queue(self, host: str) -> str:
         return self.queue_prefix + host
@@ -177,14 +189,14 @@ def bloom_meta(prefix: str) -> str:
     return f"{prefix}:bloom:meta"
 
 
-def simhash_band(prefix: str, band: int, value: int) -> str:
+def simhash_bands(prefix: str) -> str:
     """All duplicate-index keys share the ``{<prefix>:simhash}`` tag: one Lua
     script checks and updates them together (pipelines.dedup).
 
-    >>> simhash_band("web", 2, 0xBEEF)
-    'web:simhash:{web:simhash}:2:beef'
+    >>> simhash_bands("web")
+    'web:simhash:{web:simhash}:bands'
     """
-    return f"{prefix}:simhash:{{{prefix}:simhash}}:{band}:{value:x}"
+    return f"{prefix}:simhash:{{{prefix}:simhash}}:bands"
 
 
 def crawl_patterns(prefix: str) -> list[str]:
@@ -242,3 +254,10 @@ def content_hashes(prefix: str) -> str:
     'web:simhash:{web:simhash}:sha'
     """
     return f"{prefix}:simhash:{{{prefix}:simhash}}:sha"
+
+
+def simhash_order(prefix: str) -> str:
+    """>>> simhash_order("web")
+    'web:simhash:{web:simhash}:order'
+    """
+    return f"{prefix}:simhash:{{{prefix}:simhash}}:order"

@@ -34,3 +34,12 @@ DONT_POLITENESS = "dont_politeness"
 #: middleware leaves the host's page back-off alone for them (an unreachable
 #: robots.txt parks the host through the robots cache instead).
 ROBOTS_FETCH = "robots_fetch"
+
+#: A revisit's record (a list set by :mod:`extensions.recrawl`: the previous
+#: visit's interval, validators and content hash); the spider copies it into
+#: the item, whose ``recrawl`` attribute bears the same name.
+RECRAWL_RECORD = "recrawl"
+
+#: A sitemap's ``<changefreq>`` for the page (a revisit hint the spider sets
+#: when ``RECRAWL_ENABLED`` and copies into the item).
+SITEMAP_CHANGEFREQ = "changefreq"

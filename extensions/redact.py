@@ -40,6 +40,8 @@ def redact_url(url: str) -> str:
     'redis://db.example:6379/0?password=***&db=1'
     >>> redact_url("redis://:pa/ss?w#rd@db.example/0")
     'redis://:***@db.example/0'
+    >>> redact_url("redis://alice:s3cret/0"), redact_url("redis://[::1]:6379/0")
+    ('redis://alice:***/0', 'redis://[::1]:6379/0')
     >>> redact_url("not a url")
     'not a url'
     """
@@ -51,4 +53,12 @@ def redact_url(url: str) -> str:
         user, colon, _password = userinfo.partition(":")
         # A lone userinfo may be a token (``redis://TOKEN@host``): hide it too.
         rest = f"{user}:***@{tail}" if colon else f"***@{tail}"
+    else:
+        # No "@": ``redis://user:pw`` with the host forgotten parses as a host
+        # and a port, and the client's error quotes that "port". A port is
+        # digits; anything else after the last ":" may be a password.
+        netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
+        host, colon, port = netloc.rpartition(":")
+        if colon and port and not port.isdigit() and not netloc.endswith("]"):
+            rest = f"{host}:***{rest[len(netloc) :]}"
     return scheme + "://" + _SECRET_QUERY.sub(r"\1***", rest)

@@ -41,6 +41,7 @@ from extensions.scripts import script
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
+    from scrapy.settings import BaseSettings
 
 # take: pop up to n seeds from the tail of the list.
 # KEYS[1] seed list. ARGV[1] n. Returns the entries, oldest first.
@@ -64,6 +65,20 @@ SEED_USER_META_MAX = 1024
 # Characters of a refused entry kept in the invalid list (plus its length).
 INVALID_ENTRY_KEEP = 4096
 _FIELDS = frozenset({"url", "priority", "meta"})
+
+
+def seed_url_limit(settings: BaseSettings) -> int:
+    """The longest seed URL accepted: ``URLLENGTH_LIMIT``, where 0 (which
+    switches Scrapy's own URL length check off) keeps :data:`URL_LENGTH_LIMIT`,
+    so a seed is always bounded. The spider and ``scrapy seed`` both use it.
+
+    >>> from scrapy.settings import Settings
+    >>> seed_url_limit(Settings()), seed_url_limit(Settings({"URLLENGTH_LIMIT": 0}))
+    (2083, 2083)
+    >>> seed_url_limit(Settings({"URLLENGTH_LIMIT": 100}))
+    100
+    """
+    return settings.getint("URLLENGTH_LIMIT", URL_LENGTH_LIMIT) or URL_LENGTH_LIMIT
 
 
 class InvalidSeed(ValueError):

@@ -27,7 +27,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from twisted.python.failure import Failure
 
 from extensions import config, defaults, keys
-from extensions.connection import async_client
+from extensions.connection import async_client, retry_redis
 from extensions.hosts import host_key, script
 
 if TYPE_CHECKING:
@@ -282,6 +282,28 @@ class TrapFilter:
             for request in batch:
                 yield request
             return
+        # A Redis outage holds the page's output back until Redis answers (as
+        # the robots and lock middlewares wait): failing here would lose the
+        # page item and its lease. Retrying is safe: PFADD is idempotent.
+        verdicts = await retry_redis(lambda: self._admit(batch), "trap budgets")
+        for request, verdict in zip(batch, verdicts, strict=True):
+            if not verdict:
+                yield request
+                continue
+            reason = BUDGET_REASONS[int(verdict)]
+            self._count(reason)
+            host = host_key(request.url)
+            key = host if reason == "host_budget" else host + urlsplit(request.url).path
+            if key not in self._full_logged:
+                self._full_logged.add(key)
+                logger.info(
+                    "Trap filter: %s is full (%s), further URLs refused",
+                    key,
+                    reason,
+                )
+
+    async def _admit(self, batch: list[Request]) -> list[Any]:
+        """One pipelined round trip: the budget script's verdict per request."""
         admit = script(self.client, ADMIT_SCRIPT)
         async with self.client.pipeline(transaction=False) as pipe:
             for request in batch:
@@ -302,22 +324,7 @@ class TrapFilter:
                     args=[request.url, self.host_max_pages, variant, self.max_variants],
                     client=pipe,
                 )
-            verdicts = await pipe.execute()
-        for request, verdict in zip(batch, verdicts, strict=True):
-            if not verdict:
-                yield request
-                continue
-            reason = BUDGET_REASONS[int(verdict)]
-            self._count(reason)
-            host = host_key(request.url)
-            key = host if reason == "host_budget" else host + urlsplit(request.url).path
-            if key not in self._full_logged:
-                self._full_logged.add(key)
-                logger.info(
-                    "Trap filter: %s is full (%s), further URLs refused",
-                    key,
-                    reason,
-                )
+            return list(await pipe.execute())
 
 
 SPIDER_MIDDLEWARES: dict[str, int | None] = {

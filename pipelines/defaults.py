@@ -40,7 +40,11 @@ MONGO_DATABASE = "webcrawl"
 MONGO_TIMEOUT_MS: Annotated[int, Range(1)] = 5000
 # Path of the SQLite page store (empty: WEBCRAWL_HOME/pages.sqlite3).
 SQLITE_PATH = ""
-# Check pages against the fleet's exact and near-duplicate index in Redis.
+# Newest pages whose duplicate index Redis caches (about 0.9 KB each), older
+# ones are found in the page store: keep it above the pages a fleet checks in
+# PIPELINE_FLUSH_INTERVAL (their batches are not written yet).
+NEARDUP_CACHE_PAGES: Annotated[int, Range(1)] = 2048
+# Check pages against the fleet's exact and near-duplicate index (store and Redis).
 NEARDUP_ENABLED = True
 # Largest SimHash Hamming distance that counts as a near-duplicate.
 NEARDUP_MAX_DISTANCE: Annotated[int, Range(0, 64)] = 3
@@ -48,3 +52,5 @@ NEARDUP_MAX_DISTANCE: Annotated[int, Range(0, 64)] = 3
 NEARDUP_MIN_WORDS: Annotated[int, Range(0)] = 20
 # Members read at most from one SimHash band set per check.
 NEARDUP_MAX_CANDIDATES: Annotated[int, Range(1)] = 64
+# Visits kept in a page's history (fetched at, status, content hash, changed); 0: none.
+PAGE_HISTORY_MAX: Annotated[int, Range(0, 10_000)] = 50

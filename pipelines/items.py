@@ -21,6 +21,12 @@ class PageItem:
     :data:`extensions.signals.items_stored` once it is durable. Nothing but the
     frontier interprets it.
 
+    ``recrawl`` is the revisit record the continuous-crawl extension put in
+    the request's meta (``extensions.recrawl``), opaque here like ``lease``;
+    ``changefreq`` a sitemap's ``<changefreq>`` for the page (a revisit hint).
+    ``content_hash`` is filled in by the storage pipeline, so whoever hears
+    that the item was stored can tell whether the page changed.
+
     ``fingerprint`` is the hex request fingerprint of the request that was
     scheduled (from ``crawler.request_fingerprinter``): the store derives its
     document ids from it, so a re-fetch replaces rather than duplicates.
@@ -46,3 +52,6 @@ class PageItem:
     lease: str | None = None
     worker: str | None = None
     extracted: Extracted | None = field(default=None, repr=False, compare=False)
+    recrawl: list[object] | None = None
+    changefreq: str | None = None
+    content_hash: str | None = None

@@ -1,5 +1,10 @@
 """Read a stored page back: ``python -m pipelines.read [-s NAME=VALUE] URL``.
 
+``--history`` prints the page's visits instead (continuous crawling): one
+line each, oldest first: when it was fetched (UTC), the status, whether the
+content changed, the content hash. ``--version N`` prints the N-th earlier
+content of a page that changed (1: the one before the stored one).
+
 Settings read: those of :mod:`pipelines.stores` (``PAGE_STORE``,
 ``MONGO_URI``, ``MONGO_DATABASE``, ``SQLITE_PATH``, ``WEBCRAWL_HOME``): from
 ``-s``, else the project settings, else the environment (``SQLITE_PATH``,
@@ -10,17 +15,21 @@ not exist is reported (exit status 2), never created empty.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Any
 
 from pipelines.stores import store_from_settings
 from pipelines.stores.base import PermanentStoreError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from scrapy.settings import BaseSettings
 
-    from pipelines.stores.base import StoredPage
+    from pipelines.stores.base import PageStore, StoredPage
 
 
 def get_page(url: str, settings: BaseSettings) -> StoredPage | None:
@@ -30,12 +39,40 @@ def get_page(url: str, settings: BaseSettings) -> StoredPage | None:
     Raises :class:`~pipelines.stores.base.StoreNotFoundError` when the
     settings point at no store.
     """
+    with _reader(settings) as store:
+        return store.get_page(url)
+
+
+def get_versions(url: str, settings: BaseSettings) -> list[StoredPage]:
+    """The earlier contents of ``url``, newest first (see :func:`get_page`)."""
+    with _reader(settings) as store:
+        return store.get_versions(url)
+
+
+@contextlib.contextmanager
+def _reader(settings: BaseSettings) -> Iterator[PageStore]:
     store = store_from_settings(settings)
     store.open(create=False)
     try:
-        return store.get_page(url)
+        yield store
     finally:
         store.close()
+
+
+def history_lines(history: list[dict[str, Any]]) -> list[str]:
+    """One line per visit.
+
+    >>> history_lines([{"fetched_at": 0, "status": 304, "changed": False,
+    ...                 "content_hash": "ab"}])
+    ['1970-01-01T00:00:00Z  304  unchanged  ab']
+    """
+    marks = {True: "changed", False: "unchanged", None: "-"}
+    lines = []
+    for h in history:
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(h.get("fetched_at") or 0))
+        chash = h.get("content_hash") or "-"
+        lines.append(f"{at}  {h.get('status')}  {marks[h.get('changed')]}  {chash}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--meta", action="store_true", help="print the metadata only, as JSON"
     )
+    parser.add_argument(
+        "--history", action="store_true",
+        help="print the page's visits: fetched at, status, changed, content hash",
+    )  # fmt: skip
+    parser.add_argument(
+        "--version", type=int, default=0, metavar="N",
+        help="print the N-th earlier content of a changed page (1: the last one)",
+    )  # fmt: skip
     parser.add_argument(
         "-s", "--set", action="append", default=[], metavar="NAME=VALUE",
         help="set a setting, as with scrapy (e.g. -s SQLITE_PATH=pages.sqlite3)",
@@ -66,6 +111,16 @@ def main(argv: list[str] | None = None) -> int:
     if page is None:
         print(f"not stored: {args.url}", file=sys.stderr)
         return 1
+    if args.history:
+        for line in history_lines(page.metadata.get("history") or []):
+            print(line)
+        return 0
+    if args.version > 0:
+        versions = get_versions(args.url, settings)
+        if len(versions) < args.version:
+            print(f"{len(versions)} earlier versions of {args.url}", file=sys.stderr)
+            return 1
+        page = versions[args.version - 1]
     print(json.dumps(page.metadata, indent=2, default=str, sort_keys=True))
     if not args.meta:
         print()

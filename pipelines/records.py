@@ -17,7 +17,14 @@ from pipelines.stores.base import METADATA_FIELDS
 
 # Store bookkeeping, meaningless outside the store.
 INTERNAL_FIELDS = frozenset(
-    {"_id", "stored_at", "compressed_size", "compression_ratio", "has_content"}
+    {
+        "_id",
+        "stored_at",
+        "compressed_size",
+        "compression_ratio",
+        "has_content",
+        "history",  # a list: not a flat value (python -m pipelines.read --history)
+    }
 )
 # The fields of a record, in order: "id" (the page id, the store's _id) first.
 RECORD_FIELDS: tuple[str, ...] = (

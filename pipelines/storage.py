@@ -2,12 +2,14 @@
 
 Per :class:`~pipelines.items.PageItem`: extraction, fingerprints and zlib
 compression in a thread (:func:`~pipelines.batching.prepare_page`), then the
-fleet's duplicate index in Redis (:class:`~pipelines.dedup.DuplicateIndex`,
-asyncio client), then the bounded :class:`~pipelines.batching.PageBatcher`,
-which writes batches on its own thread. Once a batch is durable, on the
-reactor thread, :data:`extensions.signals.items_stored` is sent with its items
-(all of them: stored, duplicates, and those recorded as permanent per-page
-errors); never before. While the buffer is full or the store fails for a
+fleet's duplicate index (see :mod:`pipelines.dedup`): the page store's, in a
+thread, then Redis's bounded cache of the newest pages
+(:class:`~pipelines.dedup.DuplicateIndex`, asyncio client), then the
+bounded :class:`~pipelines.batching.PageBatcher`, which writes batches on its
+own thread. Once a batch is durable, on the reactor thread,
+:data:`extensions.signals.items_stored` is sent with its items (all of them:
+stored, duplicates, and those recorded as permanent per-page errors); never
+before. While the buffer is full or the store fails for a
 transient reason, the engine is paused and ``process_item`` waits for room:
 pages are never dropped. Other items pass through untouched.
 
@@ -20,7 +22,9 @@ once this worker stops renewing them they expire
 the application's ``scrapy crawl`` exits non-zero. A Redis
 outage during the duplicate check stores the page unchecked (warning once);
 a command Redis refuses (``ResponseError``: out of memory, wrong type) does
-the same but logs at ERROR; any other error is a bug and propagates.
+the same but logs at ERROR; any other error is a bug and propagates. A store
+that cannot answer the duplicate lookup for a transient reason leaves the
+check to Redis's cache (warning once).
 
 What the pipeline passes on for a page (to feed exports, ``-o``/``FEEDS``)
 is its exported record (:func:`pipelines.records.page_record`): metadata and
@@ -31,7 +35,7 @@ lease token, the raw headers or body bytes of the
 Settings read: ``PIPELINE_BATCH_SIZE``, ``PIPELINE_FLUSH_INTERVAL``,
 ``PIPELINE_MAX_BUFFER``, ``PIPELINE_ZLIB_LEVEL``, ``PIPELINE_RETRY_INITIAL``,
 ``PIPELINE_RETRY_MAX``, ``PIPELINE_CLOSE_TIMEOUT``, ``PIPELINE_ITEM_BODY``,
-``NEARDUP_ENABLED``,
+``NEARDUP_ENABLED``, ``NEARDUP_CACHE_PAGES``,
 ``NEARDUP_MAX_DISTANCE``, ``NEARDUP_MIN_WORDS``, ``NEARDUP_MAX_CANDIDATES``,
 and the store's (``PAGE_STORE``, ``MONGO_URI``, ``MONGO_DATABASE``,
 ``MONGO_TIMEOUT_MS``, ``SQLITE_PATH``, ``WEBCRAWL_HOME``, see
@@ -51,10 +55,11 @@ from extensions import config, signals
 from extensions.connection import TRANSIENT_REDIS_ERRORS
 from pipelines import defaults
 from pipelines.batching import PageBatcher, PreparedPage, prepare_page
-from pipelines.dedup import EXACT, DuplicateIndex
+from pipelines.dedup import EXACT, Duplicate, DuplicateIndex
 from pipelines.items import PageItem
 from pipelines.records import decode_body, page_record
 from pipelines.stores import store_from_settings
+from pipelines.stores.base import NOT_MODIFIED, TransientStoreError
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -87,6 +92,7 @@ class StoragePipeline:
         self.max_distance = s.getint("NEARDUP_MAX_DISTANCE")
         self.min_words = s.getint("NEARDUP_MIN_WORDS")
         self.max_candidates = s.getint("NEARDUP_MAX_CANDIDATES")
+        self.cache_pages = s.getint("NEARDUP_CACHE_PAGES")
         if self.batch_size < 1:
             raise NotConfigured("PIPELINE_BATCH_SIZE must be at least 1")
         if not 0 <= self.zlib_level <= 9:
@@ -96,6 +102,7 @@ class StoragePipeline:
         self.dedup: DuplicateIndex | None = None
         self._paused_engine = False
         self._dedup_failed = False
+        self._store_lookup_failed = False
         self._dedup_refused = False
         self._closing_task: asyncio.Task[None] | None = None
 
@@ -114,6 +121,7 @@ class StoragePipeline:
                 prefix,
                 self.max_distance,
                 self.max_candidates,
+                self.cache_pages,
             )
         self.batcher = PageBatcher(
             self.store,
@@ -138,6 +146,8 @@ class StoragePipeline:
         page = await asyncio.to_thread(
             prepare_page, item, self.zlib_level, self.min_words
         )
+        # Told back with items_stored: a revisit compares it with the last one.
+        item.content_hash = page.content_hash
         await self._check_duplicate(page)
         self._count_page(page)
         await self.batcher.put(page)
@@ -170,8 +180,14 @@ class StoragePipeline:
             return
         if page.content_hash is None and page.simhash is None:
             return
+        dup = await self._find_stored_original(page)
         try:
-            dup = await self.dedup.check(page.page_id, page.content_hash, page.simhash)
+            if dup is not None:
+                await self.dedup.forget(page.page_id)
+            else:
+                dup = await self.dedup.check(
+                    page.page_id, page.content_hash, page.simhash
+                )
         except TRANSIENT_REDIS_ERRORS as e:  # Redis down: store the page unchecked
             self._inc("storage/dedup_errors")
             if not self._dedup_failed:
@@ -193,10 +209,39 @@ class StoragePipeline:
             page.mark_duplicate(dup)
             self._inc(f"storage/duplicates/{'exact' if dup.kind == EXACT else 'near'}")
 
+    async def _find_stored_original(self, page: PreparedPage) -> Duplicate | None:
+        """The stored page this one duplicates (the store's index, in a
+        thread: SQLite and pymongo block)."""
+        try:
+            found = await asyncio.to_thread(
+                self.store.find_original,
+                page.page_id,
+                page.content_hash,
+                page.simhash,
+                self.max_distance,
+                self.max_candidates,
+            )
+        except TransientStoreError as e:
+            self._inc("storage/dedup_errors")
+            if not self._store_lookup_failed:
+                self._store_lookup_failed = True
+                logger.warning(
+                    "Duplicate lookup in the page store failed, checking the "
+                    "Redis cache only: %s",
+                    e,
+                )
+            return None
+        if found is None:
+            return None
+        return Duplicate(found.kind, found.page_id, found.distance)
+
     def _count_page(self, page: PreparedPage) -> None:
         meta = page.metadata
         self._inc("storage/pages")
-        if meta["error"] or not meta["size"]:
+        if meta["status"] == NOT_MODIFIED:
+            # A revisit's 304: a visit, not a failed page (no body is normal).
+            self._inc("storage/pages/not_modified")
+        elif meta["error"] or not meta["size"]:
             self._inc("storage/pages/failed")
         if meta["noindex"]:
             self._inc("storage/pages/noindex")

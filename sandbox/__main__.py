@@ -74,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"hostile corners to switch on: {','.join(sorted(FEATURES))}, or all",
     )
     p.add_argument(
+        "--change-period",
+        type=float,
+        default=0.0,
+        help="pages change, each as a Poisson process: a quarter every PERIOD s "
+        "on average, a quarter every 10 x PERIOD s, half never (default 0: off)",
+    )
+    p.add_argument(
         "--max-seconds",
         type=float,
         default=0.0,
@@ -100,6 +107,7 @@ def spec_from_args(args: argparse.Namespace) -> SiteSpec:
         shape=args.shape,
         crawl_delay_hosts=delays,
         features=frozenset(features),
+        change_period=args.change_period,
     )
 
 

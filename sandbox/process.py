@@ -84,6 +84,8 @@ class SandboxProcess:
             str(self.record_path),
             "--max-seconds",
             str(self.max_seconds),
+            "--change-period",
+            str(spec.change_period),
             *self.extra_args,
         ]
 

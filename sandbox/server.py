@@ -10,7 +10,10 @@ With a record file it appends one JSON object per served request::
     {"host": "site-000.sandbox.test", "path": "/?q=1", "t_ms": 1717.5,
      "status": 200, "ua": "Scrapy/2.19", "method": "GET"}
 
-``t_ms`` is ``time.time() * 1000`` when the request line was parsed. Lines are
+``t_ms`` is ``time.time() * 1000`` when the request line was parsed. A
+conditional request adds its validators (``"inm"``: If-None-Match, ``"ims"``:
+If-Modified-Since), and an answer with an ``ETag`` adds it (``"etag"``), so
+a test can tell revisits, 304s and which version of a page was served. Lines are
 buffered and flushed every ``FLUSH_INTERVAL`` seconds, on SIGUSR1, and on
 SIGTERM/SIGINT (which stop the server).
 
@@ -57,22 +60,27 @@ class Recorder:
         self.lines: list[str] = []
 
     def add(
-        self, host: str, target: str, t_ms: float, status: int, ua: str, method: str
+        self,
+        host: str,
+        target: str,
+        t_ms: float,
+        status: int,
+        ua: str,
+        method: str,
+        extra: dict[str, str] | None = None,
     ) -> None:
         if self.file is not None:
-            self.lines.append(
-                json.dumps(
-                    {
-                        "host": host,
-                        "path": target,
-                        "t_ms": t_ms,
-                        "status": status,
-                        "ua": ua,
-                        "method": method,
-                    }
-                )
-                + "\n"
-            )
+            record = {
+                "host": host,
+                "path": target,
+                "t_ms": t_ms,
+                "status": status,
+                "ua": ua,
+                "method": method,
+            }
+            if extra:
+                record.update(extra)
+            self.lines.append(json.dumps(record) + "\n")
 
     def flush(self) -> None:
         if self.file is not None and self.lines:
@@ -85,6 +93,24 @@ class Recorder:
         if self.file is not None:
             self.file.close()
             self.file = None
+
+
+def validators(req: Request, response: Response) -> dict[str, str] | None:
+    """The conditional headers of a request and the ETag of its answer.
+
+    >>> validators(Request("GET", "h", "/", "", {"if-none-match": '"a"'}),
+    ...            Response(304, b"", [("ETag", '"a"')]))
+    {'inm': '"a"', 'etag': '"a"'}
+    """
+    found = {}
+    for name, key in (("if-none-match", "inm"), ("if-modified-since", "ims")):
+        value = req.headers.get(name)
+        if value is not None:
+            found[key] = value
+    for name, value in response.headers:
+        if name.lower() == "etag":
+            found["etag"] = value
+    return found or None
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -176,7 +202,15 @@ class HttpProtocol(asyncio.Protocol):
             if not self.send(answer, req, keep):
                 self.busy = True
                 self.spawn(self.send_big(answer, req, keep))
-            self.recorder.add(record_host, target, t_ms, answer.status, ua, method)
+            self.recorder.add(
+                record_host,
+                target,
+                t_ms,
+                answer.status,
+                ua,
+                method,
+                validators(req, answer),
+            )
             if not keep and not self.busy:
                 self.close()
 
@@ -195,7 +229,15 @@ class HttpProtocol(asyncio.Protocol):
         except Exception:
             logger.exception("error answering %s %s%s", req.method, host, target)
             response = Response(500, b"internal error")
-        self.recorder.add(host, target, t_ms, response.status, ua, req.method)
+        self.recorder.add(
+            host,
+            target,
+            t_ms,
+            response.status,
+            ua,
+            req.method,
+            validators(req, response),
+        )
         if self.transport is None:
             return
         if not self.send(response, req, keep):

@@ -33,6 +33,7 @@ import hashlib
 import itertools
 import random
 import re
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from email.utils import formatdate, parsedate_to_datetime
@@ -199,7 +200,10 @@ class SiteSpec:
     """What the sandbox web looks like; every answer is a pure function of it.
 
     ``crawl_delay_hosts`` maps host index -> ``Crawl-delay`` seconds;
-    ``features`` names the hostile corners to switch on (see ``FEATURES``).
+    ``features`` names the hostile corners to switch on (see ``FEATURES``);
+    ``change_period`` > 0 makes regular pages change over time, each at its
+    own rate (:mod:`sandbox.changes`), served with ``ETag`` /
+    ``Last-Modified`` and answering conditional requests with ``304``.
     """
 
     seed: int = 0
@@ -208,6 +212,8 @@ class SiteSpec:
     shape: str = "uniform"
     crawl_delay_hosts: Mapping[int, float] = field(default_factory=dict)
     features: frozenset[str] = frozenset()
+    # > 0: pages change as Poisson processes of this scale (sandbox.changes).
+    change_period: float = 0.0
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.pages_per_host < 1:
@@ -233,6 +239,7 @@ class SiteSpec:
                 self.shape,
                 tuple(sorted(self.crawl_delay_hosts.items())),
                 self.features,
+                self.change_period,
             )
         )
 
@@ -651,6 +658,7 @@ class Site:
     """
 
     def __init__(self, spec: SiteSpec, port: int, cache_pages: int = 2048) -> None:
+        from sandbox.changes import ChangeModel
         from sandbox.hostile import Hostile
 
         self.spec = spec
@@ -658,10 +666,16 @@ class Site:
         self.vocab = vocabulary(spec.seed)
         self.paragraphs = corpus(spec.seed)
         self.phrases = phrases(spec.seed)
-        self.etag = "etag" in spec.features
-        self.page: Callable[[int, str, int], Page] = functools.lru_cache(
-            maxsize=cache_pages
-        )(self._render)
+        self.changes = (
+            ChangeModel(spec.seed, spec.change_period, time.time())
+            if spec.change_period > 0
+            else None
+        )
+        # Changing pages always carry validators: revisits are conditional.
+        self.etag = "etag" in spec.features or self.changes is not None
+        self.page: Callable[..., Page] = functools.lru_cache(maxsize=cache_pages)(
+            self._render
+        )
         self.hostile = Hostile(self)
         self._robots: dict[int, bytes | None] = {}
         for i in range(spec.hosts):
@@ -685,7 +699,9 @@ class Site:
         """1-3 words: an anchor text."""
         return self.phrases[int(rng.random() * len(self.phrases))]
 
-    def _render(self, i: int, kind: str, n: int) -> Page:
+    def _render(
+        self, i: int, kind: str, n: int, version: int = 0, mtime: float = 0.0
+    ) -> Page:
         spec = self.spec
         if kind == "page":
             links = spec.links(i, n)
@@ -693,11 +709,14 @@ class Site:
         else:
             links = spec.private_links(i, n)
             path = spec.private_path(n)
-        rng = random.Random(stable_hash(spec.seed, "page", i, path))
+        # Version 0 is the page as it always was; a changed page draws its
+        # text (not its links: the link graph stays put) anew per version.
+        parts: tuple[object, ...] = (version,) if version else ()
+        rng = random.Random(stable_hash(spec.seed, "page", i, path, *parts))
         body = self.render_html(i, path, links, rng)
         if not self.etag:  # validators cost a hash and a date: only when served
             return Page(body, "", "")
-        return make_page(body, spec.last_modified(i, path))
+        return make_page(body, mtime or spec.last_modified(i, path))
 
     def render_html(
         self,
@@ -781,6 +800,11 @@ class Site:
             return Response(200, robots, [("Content-Type", "text/plain")])
         parsed = self.spec.parse_path(i, req.path)
         if parsed is not None:
+            if self.changes is not None and parsed[0] == "page":
+                version, at = self.changes.version(i, req.path, time.time())
+                if version:
+                    page = self.page(i, *parsed, version, at)
+                    return self.page_response(page, req)
             return self.page_response(self.page(i, *parsed), req)
         if i == self.spec.trap_host:
             answer = self.hostile.handle(req)

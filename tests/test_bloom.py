@@ -236,7 +236,7 @@ def test_workers_racing_accept_each_key_once(redis_url: str) -> None:
 
 def test_scalable_filter_adds_layers(redis_client: redis.Redis) -> None:
     stats = MemoryStatsCollector(get_crawler())
-    config = BloomConfig(capacity=500, error_rate=0.01, shard_bits=4096)
+    config = BloomConfig(500, 0.01, shard_bits=4096, tightening=0.5)
     bloom = BloomFilter(redis_client, "g", config, stats)
     bloom.open()
     batches = [fps("g", 50 * (i + 1), 50 * i) for i in range(40)]
@@ -356,3 +356,56 @@ def test_asyncio_client(redis_url: str) -> None:
     assert sum(first) <= 1
     assert all(again)
     assert counted == 100 - sum(first)
+
+
+# --- memory: starts small, grows with the crawl ---------------------------------
+
+
+def test_default_geometry_stays_within_1_3x_of_optimal_at_100m() -> None:
+    """Pure arithmetic on the layer geometry: the bits of the layers that
+    hold 100 M items against n ln(1/p) / (ln 2)^2 at their compound bound.
+    (Before: the old defaults, one 100 M layer at 0.001 halving per layer,
+    were within bound at 100 M but preallocated 180 MB for any crawl; the
+    test below holds that half.)"""
+    config = BloomConfig()
+    n = 100_000_000
+    layers = config.layers_for(n)
+    bits = sum(layer.bits for layer in layers)
+    bound = sum(layer.error_rate for layer in layers)
+    optimal = n * math.log(1 / bound) / math.log(2) ** 2
+    assert bits / optimal <= 1.3
+    assert config.overhead(n) == pytest.approx(bits / optimal, rel=1e-6)
+    # The compound rate stays at the old default's bound, 0.002.
+    assert bound < defaults.BLOOM_ERROR_RATE / (1 - defaults.BLOOM_TIGHTENING)
+    assert bound <= 0.002
+    assert len(layers) <= defaults.BLOOM_MAX_LAYERS
+
+
+def test_10000_urls_hold_under_10_mb_of_redis(redis_client: redis.Redis) -> None:
+    """The default filter for a 10,000-page crawl: every key of the crawl's
+    filter, by MEMORY USAGE (before: 180 MB preallocated at the default
+    capacity of 100 M)."""
+    bloom = BloomFilter(redis_client, "t", BloomConfig())
+    bloom.open()
+    for start in range(0, 10_000, 1000):
+        assert not any(bloom.test_and_set(fps("u", start + 1000, start)))
+    bloom.flush()
+    used = sum(
+        redis_client.memory_usage(key, samples=0) or 0
+        for key in redis_client.scan_iter("*")
+    )
+    assert used < 10 * 2**20
+    assert bloom.stats().counted_items == 10_000
+
+
+def test_a_crawl_started_with_the_old_defaults_keeps_its_geometry(
+    redis_client: redis.Redis,
+) -> None:
+    old = BloomConfig(capacity=100_000_000, error_rate=0.001, tightening=0.5)
+    redis_client.hset(keys.bloom_meta("t"), mapping={**old.to_meta(), "layers": 1})
+    bloom = BloomFilter(redis_client, "t", BloomConfig(preallocate=False))
+    bloom.open()
+    assert bloom.core.config == BloomConfig(
+        capacity=100_000_000, error_rate=0.001, tightening=0.5, preallocate=False
+    )
+    assert bloom.layers == [old.layer(0)]

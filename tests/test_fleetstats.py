@@ -10,9 +10,11 @@ import redis.asyncio as aredis
 from scrapy import Request, Spider
 from scrapy.exceptions import NotConfigured
 
+from extensions import fleetstats
 from extensions.fleetstats import BUCKETS, FleetStats, fleet_view
 from extensions.frontier import Frontier, QueuedRequest, Worker
 from extensions.keys import StatsKeys
+from extensions.scripts import script
 from extensions.serialization import request_to_bytes
 from tests.utils import get_crawler
 
@@ -135,3 +137,39 @@ def test_overview_counts_hosts_by_state(redis_url: str) -> None:
         assert view.next_lease_expiry[0].startswith("w1:")
 
     asyncio.run(body())
+
+
+def test_fold_script_writes_only_the_keys_it_is_given(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script touches only its KEYS (a cluster routes by them): the minute
+    bucket is named by the caller, not built inside the script."""
+    given: set[str] = set()
+
+    def recording(client: Any, source: str) -> Any:
+        registered = script(client, source)
+
+        async def call(keys: list[str], args: list[Any]) -> Any:
+            given.update(keys)
+            return await registered(keys=keys, args=args)
+
+        return call
+
+    monkeypatch.setattr(fleetstats, "script", recording)
+
+    async def body() -> None:
+        ext = worker(redis_url, "wa")
+        stats: Any = ext.crawler.stats
+        for _ in range(2):
+            stats.inc_value("response_received_count", 2)
+            await ext.fold()
+        ext._stop.set()
+        await ext._task  # type: ignore[misc]
+
+    asyncio.run(body())
+    written = {
+        k.decode() if isinstance(k, bytes) else k
+        for k in redis_client.keys("web:stats:*")
+    }
+    assert any(":m:" in k for k in written)
+    assert written <= given

@@ -34,6 +34,7 @@ class FakeMongo:
         self.docs: dict[str, dict[str, Any]] = {
             "pages_metadata": {},
             "pages_content": {},
+            "pages_simhash": {},
         }
         self.updates = 0
         self.lock = threading.Lock()
@@ -48,9 +49,25 @@ class FakeMongo:
             return self.on_update(request)
         elif name == "delete":
             request.replies(ok=1, n=0)
+        elif name == "find":
+            self.on_find(request)
         else:  # createIndexes, endSessions...
             request.ok()
         return True
+
+    def on_find(self, request: Any) -> None:
+        """The stored documents whose ``_id`` is ``$in`` the filter (what a
+        write reads first: the stored hashes and visit histories), in one
+        batch."""
+        coll = request.doc["find"]
+        wanted = request.doc.get("filter", {}).get("_id", {}).get("$in")
+        with self.lock:
+            docs = [
+                {"_id": i, **d}
+                for i, d in self.docs.get(coll, {}).items()
+                if wanted is None or i in wanted
+            ]
+        request.replies(cursor={"id": 0, "ns": f"db.{coll}", "firstBatch": docs})
 
     def on_update(self, request: Any) -> bool:
         with self.lock:

@@ -27,6 +27,8 @@ from tests.utils import get_crawler
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from scrapy.crawler import Crawler
+
 WORDS = [f"w{i}" for i in range(600)]
 
 
@@ -200,12 +202,16 @@ def simhash_of(text: str) -> int:
     return simhash(text)
 
 
-def test_scrapy_glue_stores_dedups_and_signals(redis_url: str, tmp_path: Path) -> None:
+def storing_crawler(
+    redis_url: str, tmp_path: Path, batch_size: int
+) -> tuple[Crawler, StoragePipeline, list[PageItem]]:
+    """A crawler storing to SQLite in ``tmp_path``, its storage pipeline, and
+    the list the items its ``items_stored`` signal acknowledges are added to."""
     crawler = get_crawler(
         settings_dict={
             "REDIS_URL": redis_url,
             "SQLITE_PATH": str(tmp_path / "pages.sqlite3"),
-            "PIPELINE_BATCH_SIZE": 3,
+            "PIPELINE_BATCH_SIZE": batch_size,
         }
     )
     got: list[PageItem] = []
@@ -214,7 +220,11 @@ def test_scrapy_glue_stores_dedups_and_signals(redis_url: str, tmp_path: Path) -
         got.extend(items)
 
     crawler.signals.connect(on_stored, signal=signals.items_stored, weak=False)
-    pipe = build_from_crawler(StoragePipeline, crawler)
+    return crawler, build_from_crawler(StoragePipeline, crawler), got
+
+
+def test_scrapy_glue_stores_dedups_and_signals(redis_url: str, tmp_path: Path) -> None:
+    _, pipe, got = storing_crawler(redis_url, tmp_path, batch_size=3)
     text = " ".join(WORDS[:200])
     items = [
         item("orig", text),
@@ -298,3 +308,120 @@ def test_not_configured(settings: dict[str, Any], ok: bool, tmp_path: Path) -> N
     else:
         with pytest.raises(NotConfigured):
             build_from_crawler(StoragePipeline, crawler)
+
+
+def test_a_304_is_stored_as_a_visit_and_tells_its_hash(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A revisit answered 304 keeps the stored page and is counted as a visit,
+    not a failed page; the storage acknowledgement carries each item's
+    content hash (what the recrawl schedule compares)."""
+    crawler, pipe, got = storing_crawler(redis_url, tmp_path, batch_size=1)
+    first = item("page")
+    again = PageItem(first.url, first.url, 304, first.fingerprint, fetched_at=9.0)
+
+    async def main() -> None:
+        await pipe.open_spider()
+        await pipe.process_item(first)
+        await pipe.process_item(again)
+        await pipe.close_spider()
+
+    run(main())
+    assert got[0].content_hash is not None and got[1].content_hash is None
+    stats = crawler.stats
+    assert stats is not None
+    assert stats.get_value("storage/pages/not_modified") == 1
+    assert stats.get_value("storage/pages/failed") is None
+    stored = SQLiteStore(tmp_path / "pages.sqlite3").get_page(first.url)
+    assert stored is not None and stored.body == first.body
+    assert [h["status"] for h in stored.metadata["history"]] == [200, 304]
+
+
+def test_redis_keeps_a_bounded_cache_and_the_store_the_whole_index(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Redis holds the duplicate index of the newest NEARDUP_CACHE_PAGES
+    pages only (before: every page, about 340 B each, forever); a copy of an
+    evicted page is still found, in the page store, exact or near."""
+    import redis as sync_redis
+
+    from extensions import keys
+
+    cap, n = 5, 40
+    texts = {i: " ".join(f"page{i} {w}" for w in WORDS) for i in range(n)}
+
+    def pipeline() -> StoragePipeline:
+        crawler = get_crawler(
+            settings_dict={
+                "REDIS_URL": redis_url,
+                "SQLITE_PATH": str(tmp_path / "pages.sqlite3"),
+                "PIPELINE_BATCH_SIZE": 4,
+                "NEARDUP_CACHE_PAGES": cap,
+            }
+        )
+        return build_from_crawler(StoragePipeline, crawler)
+
+    async def feed(pipe: StoragePipeline, items: list[PageItem]) -> None:
+        await pipe.open_spider()
+        for it in items:
+            await pipe.process_item(it)
+        await pipe.close_spider()
+
+    run(feed(first := pipeline(), [item(i, texts[i]) for i in range(n)]))
+    assert first.crawler.stats is not None
+    assert first.crawler.stats.get_value("storage/duplicates/exact") is None
+    client = sync_redis.Redis.from_url(redis_url)
+    assert client.hlen(keys.simhash_pages("web")) == cap
+    assert client.hlen(keys.content_hashes("web")) == cap
+    assert client.llen(keys.simhash_order("web")) == cap
+    bands = client.hvals(keys.simhash_bands("web"))
+    assert sum(len(v.split()) for v in bands) == 4 * cap
+    # Copies of the first pages, evicted from Redis long ago.
+    copy = item("copy", texts[0])
+    words = texts[1].split()
+    near = item("near", " ".join([*words[:200], "changed", *words[201:]]))
+    second = pipeline()
+    run(feed(second, [copy, near]))
+    store = SQLiteStore(tmp_path / "pages.sqlite3")
+    got = store.get_page("http://a.test/copy")
+    assert got is not None and got.metadata["duplicate_of"] == "fp0"
+    got = store.get_page("http://a.test/near")
+    assert got is not None and got.metadata["duplicate_kind"] == "near"
+    assert got.metadata["duplicate_of"] == "fp1"
+    # Found in the store, they were not cached as originals.
+    assert client.hget(keys.simhash_pages("web"), "fpcopy") is None
+    client.close()
+
+
+def test_redis_memory_of_10000_pages_all_in_is_under_10_mb(redis_url: str) -> None:
+    """The Redis a 10,000-page crawl keeps for its dupefilter and duplicate
+    index, with the default settings: the Bloom filter's first layer and a
+    full duplicate cache, by MEMORY USAGE of every key (before: 180 MB of
+    Bloom filter alone, and about 1.5 KB of index per page, unbounded)."""
+    import hashlib
+
+    import redis as sync_redis
+
+    from extensions.bloom import BloomConfig, BloomFilter
+
+    n = 10_000
+    digests = [hashlib.sha256(f"page {i}".encode()).digest() for i in range(n)]
+    client = sync_redis.Redis.from_url(redis_url)
+    bloom = BloomFilter(client, "web", BloomConfig())
+    assert not any(bloom.test_and_set([d[:20] for d in digests]))
+    bloom.flush()
+
+    async def index() -> None:
+        aclient = aredis.Redis.from_url(redis_url)
+        idx = DuplicateIndex(aclient, "web")
+        for d in digests:
+            page_id, simhash = d[8:28].hex(), int.from_bytes(d[:8], "big")
+            assert await idx.check(page_id, d.hex(), simhash) is None
+        await aclient.aclose()
+
+    run(index())
+    used = sum(
+        client.memory_usage(key, samples=0) or 0 for key in client.scan_iter(count=1000)
+    )
+    client.close()
+    assert used < 10 * 2**20

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from extensions.connection import RedisUnavailable, check_redis
 from extensions.redact import redact_url
 
 SECRET = "s3cr3t"
@@ -53,9 +54,22 @@ SECRET = "s3cr3t"
             "mongodb://h/?tls=true&tlsCertificateKeyFilePassword=***",
         ),
         ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        # The host forgotten: the password stands where a port would.
+        ("redis://alice:s3cr3t", "redis://alice:***"),
+        ("redis://:s3cr3t/0", "redis://:***/0"),
+        ("mongodb://u:s3cr3t/db", "mongodb://u:***/db"),
+        ("redis://[::1]:6379/0", "redis://[::1]:6379/0"),
     ],
 )
 def test_no_secret_reaches_the_log(url: str, expected: str) -> None:
     assert redact_url(url) == expected
     assert SECRET not in redact_url(url)
     assert "cr3t" not in redact_url(url)
+
+
+@pytest.mark.parametrize("url", ["redis://alice:s3cr3t", "redis://:s3cr3t/0"])
+def test_a_malformed_redis_url_keeps_its_password_out_of_the_error(url: str) -> None:
+    """redis-py's own message quotes the "port" it could not read."""
+    with pytest.raises(RedisUnavailable, match="is not a Redis URL") as info:
+        check_redis(url, timeout=0.5)
+    assert "cr3t" not in str(info.value)

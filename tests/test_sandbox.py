@@ -578,3 +578,42 @@ def test_throughput(plain_web: SandboxProcess) -> None:
     )
     assert result.errors == 0
     assert result.rps > 300
+
+
+def test_changing_pages_follow_their_poisson_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sandbox import site as site_module
+    from sandbox.site import Response as SiteResponse
+
+    clock = [1000.0]
+    monkeypatch.setattr(site_module.time, "time", lambda: clock[0])
+    spec = SiteSpec(seed=3, hosts=2, pages_per_host=40, change_period=10.0)
+    s = Site(spec, PORT)
+    assert s.changes is not None
+    paths = [spec.page_path(0, k) for k in range(40)]
+    kinds = {p: s.changes.kind(0, p) for p in paths}
+    assert set(kinds.values()) == {"static", "slow", "fast"}
+    fast = next(p for p in paths if kinds[p] == "fast")
+    static = next(p for p in paths if kinds[p] == "static")
+
+    def get(path: str, **headers: str) -> SiteResponse:
+        req = Request("GET", host_name(0), path, "", headers)
+        answer = s.handle(req)
+        assert isinstance(answer, SiteResponse)
+        return answer
+
+    first = {p: get(p) for p in (fast, static)}
+    etags = {p: dict(r.headers)["ETag"] for p, r in first.items()}
+    # Unchanged: a conditional GET is answered 304 with the same validators.
+    assert get(static, **{"if-none-match": etags[static]}).status == 304
+    assert get(fast, **{"if-none-match": etags[fast]}).status == 304
+    clock[0] += 1000.0  # ~100 changes of a fast page, none of a static one
+    assert get(static, **{"if-none-match": etags[static]}).status == 304
+    later = get(fast, **{"if-none-match": etags[fast]})
+    assert later.status == 200 and later.body != first[fast].body
+    n, at = s.changes.version(0, fast, clock[0])
+    assert n > 10 and 1000.0 < at <= clock[0]
+    assert dict(later.headers)["Last-Modified"] == email.utils.formatdate(
+        at, usegmt=True
+    )

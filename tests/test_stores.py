@@ -27,19 +27,27 @@ MONGO_URI = os.environ.get("WEBCRAWL_TEST_MONGO_URI", "")
 
 def patch_mongomock() -> None:
     """mongomock 4.3 predates pymongo 4.9's ``sort`` argument of
-    ``ReplaceOne``, which pymongo passes through (as None) to the bulk
-    builder: accept and ignore it, as the server does without a sort."""
+    ``ReplaceOne`` and ``UpdateOne``, which pymongo passes through (as None)
+    to the bulk builder: accept and ignore it, as the server does without a
+    sort."""
     from mongomock.collection import BulkOperationBuilder
 
-    original = BulkOperationBuilder.add_replace
-    if getattr(original, "_webcrawl_patched", False):
-        return
+    for name in ("add_replace", "add_update"):
+        original = getattr(BulkOperationBuilder, name)
+        if getattr(original, "_webcrawl_patched", False):
+            continue
 
-    def add_replace(self: Any, *args: Any, sort: Any = None, **kw: Any) -> Any:
-        return original(self, *args, **kw)
+        def accept_sort(
+            self: Any,
+            *args: Any,
+            _original: Any = original,
+            sort: Any = None,
+            **kw: Any,
+        ) -> Any:
+            return _original(self, *args, **kw)
 
-    add_replace._webcrawl_patched = True  # type: ignore[attr-defined]
-    BulkOperationBuilder.add_replace = add_replace  # type: ignore[method-assign]
+        accept_sort._webcrawl_patched = True  # type: ignore[attr-defined]
+        setattr(BulkOperationBuilder, name, accept_sort)
 
 
 patch_mongomock()
@@ -267,3 +275,229 @@ def test_open_without_create_refuses_a_missing_store(tmp_path: Path) -> None:
     reader.open(create=False)
     assert reader.get_page("http://a.test/") is not None
     reader.close()
+
+
+def reopened(store: PageStore, reopen: Any) -> PageStore:
+    """The store closed and opened again as a reader (persistence)."""
+    store.close()
+    again: PageStore = reopen()
+    again.open(create=False)
+    return again
+
+
+def test_history_records_each_visit_and_a_304_keeps_the_page(
+    store_factory: Any,
+) -> None:
+    store, reopen = store_factory
+    url = "http://a.test/news"
+    v1 = page(url, b"<html><body><p>first version of the news</p></body></html>")
+    v1.metadata["fetched_at"] = 1.0
+    write(store, [v1])
+    same = page(url, b"<html><body><p>first version of the news</p></body></html>")
+    same.metadata["fetched_at"] = 2.0
+    write(store, [same])
+    not_modified = page(url, b"", status=304)
+    not_modified.metadata["fetched_at"] = 3.0
+    write(store, [not_modified])
+    write(store, [not_modified])  # a batch retried: not a second visit
+    v2 = page(url, b"<html><body><p>second version of the news</p></body></html>")
+    v2.metadata["fetched_at"] = 4.0
+    write(store, [v2])
+    store = reopened(store, reopen)
+    got = store.get_page(url)
+    assert got is not None and b"second version" in (got.body or b"")
+    history = got.metadata["history"]
+    assert [(h["fetched_at"], h["status"], h["changed"]) for h in history] == [
+        (1.0, 200, True),
+        (2.0, 200, False),
+        (3.0, 304, False),
+        (4.0, 200, True),
+    ]
+    assert history[0]["content_hash"] == history[2]["content_hash"]
+    assert history[3]["content_hash"] == got.metadata["content_hash"]
+    assert got.metadata["checked_at"] == 4.0
+    store.close()
+
+
+def test_a_304_leaves_content_and_metadata_but_sets_checked_at(
+    store_factory: Any,
+) -> None:
+    store, _ = store_factory
+    url = "http://a.test/static"
+    first = page(url)
+    first.metadata["fetched_at"] = 1.0
+    write(store, [first])
+    nm = page(url, b"", status=304)
+    nm.metadata["fetched_at"] = 9.0
+    assert write(store, [nm]).written == 1
+    got = store.get_page(url)
+    assert got is not None and got.body == first.item.body
+    assert (got.metadata["status"], got.metadata["fetched_at"]) == (200, 1.0)
+    assert got.metadata["checked_at"] == 9.0
+    assert got.metadata["title"] == f"T {url}"
+
+
+def test_history_is_bounded(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "h.sqlite3", history_max=3)
+    client: Any = mongomock.MongoClient()
+    for s in (store, MongoStore(client=client, history_max=3)):
+        s.open()
+        for n in range(6):
+            p = page("http://a.test/", f"<p>version {n} of it</p>".encode())
+            p.metadata["fetched_at"] = float(n)
+            write(s, [p])
+        got = s.get_page("http://a.test/")
+        assert got is not None
+        assert [h["fetched_at"] for h in got.metadata["history"]] == [3.0, 4.0, 5.0]
+        s.close()
+
+
+def test_sqlite_store_from_before_history_gains_its_columns(tmp_path: Path) -> None:
+    import sqlite3
+
+    from pipelines.stores.base import METADATA_FIELDS
+    from pipelines.stores.sqlite import HISTORY_COLUMNS, _table_sql
+
+    path = tmp_path / "old.sqlite3"
+    before = {k: v for k, v in METADATA_FIELDS.items() if k not in HISTORY_COLUMNS}
+    with sqlite3.connect(path) as conn:
+        conn.execute(_table_sql("pages_metadata", before))
+    conn.close()
+    store = SQLiteStore(path)
+    store.open()
+    write(store, [page("http://a.test/")])
+    got = store.get_page("http://a.test/")
+    assert got is not None and len(got.metadata["history"]) == 1
+    store.close()
+
+
+def test_a_changed_page_keeps_its_earlier_versions(store_factory: Any) -> None:
+    store, reopen = store_factory
+    url = "http://a.test/news"
+    bodies = [f"<html><body><p>edition {n} of the news</p></body></html>".encode()
+              for n in range(3)]  # fmt: skip
+    for n, body in enumerate(bodies):
+        p = page(url, body)
+        p.metadata["fetched_at"] = float(n)
+        write(store, [p])
+        write(store, [p])  # a retried batch adds no version
+    unchanged = page(url, bodies[2])
+    unchanged.metadata["fetched_at"] = 5.0
+    write(store, [unchanged])
+    store = reopened(store, reopen)
+    got = store.get_page(url)
+    assert got is not None and got.body == bodies[2]
+    versions = store.get_versions(url)
+    assert [(v.metadata["fetched_at"], v.body) for v in versions] == [
+        (1.0, bodies[1]),
+        (0.0, bodies[0]),
+    ]
+    assert (
+        versions[0].metadata["content_hash"]
+        == got.metadata["history"][1]["content_hash"]
+    )
+    assert store.get_versions("http://a.test/other") == []
+    store.close()
+
+
+def test_versions_are_bounded(tmp_path: Path) -> None:
+    client: Any = mongomock.MongoClient()
+    stores: list[PageStore] = [SQLiteStore(tmp_path / "v.sqlite3", history_max=2),
+                               MongoStore(client=client, history_max=2)]  # fmt: skip
+    for s in stores:
+        s.open()
+        for n in range(6):
+            p = page("http://a.test/", f"<p>version {n} of it</p>".encode())
+            p.metadata["fetched_at"] = float(n)
+            write(s, [p])
+        assert [v.metadata["fetched_at"] for v in s.get_versions("http://a.test/")] == [
+            4.0,
+            3.0,
+        ]
+        s.close()
+
+
+def words_page(url: str, words: list[str]) -> Any:
+    return page(url, f"<html><body><p>{' '.join(words)}</p></body></html>".encode())
+
+
+def test_find_original_exact_near_and_after_a_change(store_factory: Any) -> None:
+    """The store is the crawl's duplicate index: exact by content hash,
+    near by the SimHash band index; never the page itself, never a
+    duplicate, a failure or a page whose text changed since."""
+    from pipelines.dedup import Duplicate
+
+    store, reopen = store_factory
+    words = [f"w{i}" for i in range(600)]
+    orig = words_page("http://a.test/orig", words)
+    copy = words_page("http://a.test/copy", words)
+    near = words_page("http://a.test/near", [*words[:100], "changed", *words[101:]])
+    far = words_page("http://a.test/far", [f"v{i}" for i in range(600)])
+    assert orig.content_hash == copy.content_hash and orig.simhash is not None
+
+    def find(p: Any) -> Any:
+        return store.find_original(p.page_id, p.content_hash, p.simhash, 3, 64)
+
+    assert find(orig) is None  # an empty store
+    write(store, [orig])
+    assert find(orig) is None  # a re-fetch is not its own duplicate
+    found = find(copy)
+    assert found is not None and (found.kind, found.page_id) == ("exact", orig.page_id)
+    found = find(near)
+    assert found is not None and (found.kind, found.page_id) == ("near", orig.page_id)
+    assert 0 < found.distance <= 3
+    assert find(far) is None
+    # A duplicate stored as such is nobody's original.
+    copy.mark_duplicate(Duplicate("exact", orig.page_id))
+    write(store, [copy])
+    store = reopened(store, reopen)
+    try:
+        found = find(words_page("http://a.test/third", words))
+        assert found is not None and found.page_id == orig.page_id
+        # The original changes: its old text now matches nothing.
+        write(store, [words_page("http://a.test/orig", [f"z{i}" for i in range(600)])])
+        assert find(words_page("http://a.test/fourth", words)) is None
+        assert find(near) is None
+    finally:
+        store.close()
+
+
+def test_find_original_across_versions_and_304_visits(store_factory: Any) -> None:
+    """A recrawled page is never its own duplicate: not of its stored
+    version, nor of an earlier one kept in ``pages_versions`` (only the
+    newest content is an original); its band rows follow its content, and a
+    304 visit keeps them (the stored content stands)."""
+    store, reopen = store_factory
+    url = "http://a.test/news"
+    old = [f"w{i}" for i in range(600)]
+    new = [f"v{i}" for i in range(600)]
+
+    def find(p: Any) -> Any:
+        return store.find_original(p.page_id, p.content_hash, p.simhash, 3, 64)
+
+    def fetched(words: list[str], at: float, **kw: Any) -> Any:
+        p = words_page(url, words) if words else page(url, b"", **kw)
+        p.metadata["fetched_at"] = at
+        return p
+
+    v1 = fetched(old, 1.0)
+    write(store, [v1])
+    v2 = fetched(new, 2.0)
+    assert find(v2) is None
+    write(store, [v2])
+    assert len(store.get_versions(url)) == 1
+    assert find(v2) is None and find(fetched(old, 2.5)) is None
+    near_new = words_page("http://a.test/near", [*new[:100], "x", *new[101:]])
+    for visit in (fetched([], 3.0, status=304), fetched([], 4.0, status=304)):
+        write(store, [visit])
+        store = reopened(store, reopen)
+        assert find(fetched(new, 5.0)) is None
+        assert find(words_page("http://a.test/old-copy", old)) is None
+        found = find(words_page("http://a.test/copy", new))
+        assert found is not None and (found.kind, found.page_id) == (
+            "exact",
+            v2.page_id,
+        )
+        found = find(near_new)
+        assert found is not None and (found.kind, found.page_id) == ("near", v2.page_id)
+    store.close()

@@ -14,6 +14,7 @@ from scrapy.http import HtmlResponse
 
 from demo.localcrawl import crawl_sandbox
 from extensions import defaults
+from extensions.embedded_redis import RedisProcess
 from extensions.traps import TrapFilter
 from sandbox.site import SiteSpec
 from tests.utils import get_crawler
@@ -168,3 +169,41 @@ def test_crawl_of_trap_corners_is_bounded(redis_url: str, tmp_path: Path) -> Non
     with sqlite3.connect(tmp_path / "pages.sqlite3") as db:
         errors = [e for (e,) in db.execute("SELECT error FROM pages_metadata") if e]
     assert any("repeated_segments" in e for e in errors), errors
+
+
+def test_a_redis_restart_holds_the_output_back_instead_of_losing_it(
+    tmp_path: Path,
+) -> None:
+    """Redis down while a page's links are checked: the page's output (its
+    item carries the lease) waits for Redis rather than failing."""
+    server = RedisProcess(tmp_path / "redis").start()
+    try:
+        mw = trap_filter(REDIS_URL=server.url, HOST_MAX_PAGES=100)
+        page = {"page": "http://a.test/"}
+
+        async def body() -> list[Any]:
+            response = HtmlResponse("http://a.test/", body=b"<html></html>")
+
+            async def result() -> AsyncIterator[Any]:
+                yield Request("http://a.test/1")
+                yield page
+
+            await asyncio.to_thread(server.stop)
+            task = asyncio.ensure_future(
+                collect(mw.process_spider_output(response, result()))
+            )
+            await asyncio.sleep(1.0)
+            assert not task.done()
+            await asyncio.to_thread(server.start, server.port)
+            out = await asyncio.wait_for(task, 30)
+            await mw.client.aclose()
+            return out
+
+        out = asyncio.run(body())
+    finally:
+        server.stop()
+    assert [getattr(x, "url", x) for x in out] == ["http://a.test/1", page]
+
+
+async def collect(items: AsyncIterator[Any]) -> list[Any]:
+    return [x async for x in items]

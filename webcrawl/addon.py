@@ -11,12 +11,14 @@ immediate ``RetryMiddleware`` and its ``UrlLengthMiddleware``). Values a user
 sets at a higher priority (``-s``, scrapyd ``setting=``, a spider's
 ``custom_settings``) still win, and are checked like the defaults.
 
-It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0.
+It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0, and
+the continuous-crawl extension (:mod:`extensions.recrawl`) when
+``RECRAWL_ENABLED``.
 
-Settings read: ``METRICS_PORT``; ``REDIS_URL`` and ``WEBCRAWL_HOME`` (also
-from the environment, see :func:`extensions.config.setting_or_env`): when no
-Redis is configured,
-the add-on starts (or finds) the embedded one here, before the crawl starts,
+Settings read: ``METRICS_PORT``, ``RECRAWL_ENABLED``; ``REDIS_URL`` and
+``WEBCRAWL_HOME`` (also from the environment, see
+:func:`extensions.config.setting_or_env`): when no Redis is configured, the
+add-on starts (or finds) the embedded one here, before the crawl starts,
 so no component ever starts a process on the reactor thread. An embedded
 Redis this add-on started is stopped again if the crawl fails before the
 spider opens (:class:`~extensions.embedded_redis.StopIfNeverOpened`).
@@ -30,8 +32,12 @@ from typing import TYPE_CHECKING, NoReturn
 import extensions.defaults
 import pipelines.defaults
 from extensions import addresses, config, politeness, traps
-from extensions.connection import RedisUnavailable, check_redis
-from extensions.embedded_redis import StopIfNeverOpened, find_or_start, webcrawl_home
+from extensions.connection import RedisUnavailable, check_redis, resolve_redis_url
+from extensions.embedded_redis import (
+    StopIfNeverOpened,
+    embedded_unless_configured,
+    webcrawl_home,
+)
 from webcrawl import defaults
 
 if TYPE_CHECKING:
@@ -52,6 +58,7 @@ RETRY_MIDDLEWARES = {
 EXTENSIONS = {"extensions.fleetstats.FleetStats": 500}
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 METRICS_EXTENSION = {"extensions.metrics.PrometheusMetrics": 500}
+RECRAWL_EXTENSION = {"extensions.recrawl.Recrawler": 500}
 # Every package's defaults module, installed and checked in this order.
 DEFAULTS = (extensions.defaults, pipelines.defaults, defaults)
 
@@ -147,16 +154,14 @@ class Webcrawl:
         settings["EXTENSIONS"].update(EXTENSIONS)
         if settings.getint("METRICS_PORT") > 0:
             settings["EXTENSIONS"].update(METRICS_EXTENSION)
+        if settings.getbool("RECRAWL_ENABLED"):
+            settings["EXTENSIONS"].update(RECRAWL_EXTENSION)
         try:
-            url = config.setting_or_env(settings, "REDIS_URL")
-            if not url:
-                home = webcrawl_home(settings)
-                url, started = find_or_start(home)
-                settings.set("REDIS_URL", url, "addon")
-                if started and self.crawler is not None:
-                    StopIfNeverOpened(self.crawler, home)
+            started = embedded_unless_configured(settings, "addon")
+            if started and self.crawler is not None:
+                StopIfNeverOpened(self.crawler, webcrawl_home(settings))
             # One ping with short timeouts: a wrong password, a closed port or
             # a server that never answers stops the worker in seconds.
-            check_redis(url)
+            check_redis(resolve_redis_url(settings))
         except (config.SettingsError, RedisUnavailable) as exc:
             refuse(exc)

@@ -27,7 +27,7 @@ from extensions import config
 from extensions.bloom import AsyncBloomFilter, BloomConfig
 from extensions.connection import TRANSIENT_REDIS_ERRORS, resolve_redis_url
 from extensions.dlq import DeadLetters
-from extensions.embedded_redis import ensure_embedded, webcrawl_home
+from extensions.embedded_redis import embedded_unless_configured
 from extensions.fleetstats import fleet_view
 from extensions.frontier import Frontier
 from extensions.keys import (
@@ -75,9 +75,7 @@ class OperatorCommand(ScrapyCommand):
         settings = self.settings.copy()
         install_defaults(settings)
         config.check(settings, *DEFAULTS)
-        if not config.setting_or_env(settings, "REDIS_URL"):
-            url = ensure_embedded(webcrawl_home(settings))
-            settings.set("REDIS_URL", url, "cmdline")
+        embedded_unless_configured(settings, "cmdline")
         return settings
 
     def call(self, func: Callable[..., Coroutine[Any, Any, _T]], *args: Any) -> _T:

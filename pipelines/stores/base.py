@@ -10,9 +10,26 @@ A store keeps two record kinds, after seed 000 section 4.6:
     The zlib-compressed body, ``_id`` = ``page_id`` = the metadata ``_id``
     (linked without a read-back): :data:`CONTENT_FIELDS`. Absent for failed
     pages, ``noindex`` pages and duplicates.
+``pages_versions``
+    The earlier contents of pages that changed (:data:`VERSION_FIELDS`): when
+    a write replaces stored content by content of another hash, the stored
+    one is copied here first (:func:`replaces_version`); the newest
+    ``history_max`` per page are kept.
+``pages_simhash``
+    The near-duplicate index: per original page (:func:`is_original`) with a
+    SimHash, its four band values (:func:`simhash_bands`), indexed; rewritten
+    with the page's metadata. With the ``content_hash`` index of
+    ``pages_metadata`` it is the duplicate index of the whole crawl
+    (:meth:`PageStore.find_original`); Redis only caches the newest pages.
 
 Writes are idempotent upserts by ``_id``: a batch may be written twice (a retry
 after a connection dropped mid-flush) with the same result.
+
+History (continuous crawling): each write of a page appends a visit to its
+metadata's ``history`` list (:func:`visit`: fetched at, status, content hash,
+changed or not), at most ``history_max`` (``PAGE_HISTORY_MAX``) of the most
+recent kept. A ``304`` (not modified) is a visit only: the store sets
+``checked_at`` and the history and leaves the stored page and content alone.
 """
 
 from __future__ import annotations
@@ -22,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
 # name -> SQL type (the SQLite store's columns; MongoDB keeps the same names).
 METADATA_FIELDS: dict[str, str] = {
@@ -58,6 +75,8 @@ METADATA_FIELDS: dict[str, str] = {
     "duplicate_distance": "INTEGER",
     "has_content": "INTEGER",
     "worker": "TEXT",
+    "checked_at": "REAL",
+    "history": "TEXT",
 }
 CONTENT_FIELDS: dict[str, str] = {
     "_id": "TEXT PRIMARY KEY",
@@ -67,6 +86,17 @@ CONTENT_FIELDS: dict[str, str] = {
     "original_size": "INTEGER",
     "compressed_size": "INTEGER",
     "compression_ratio": "REAL",
+    "encoding": "TEXT",
+}
+# Earlier contents of changed pages (continuous crawling): ``_id`` =
+# "<page id>@<fetched_at of that version>", the newest ``history_max`` kept.
+VERSION_FIELDS: dict[str, str] = {
+    "_id": "TEXT PRIMARY KEY",
+    "page_id": "TEXT NOT NULL",
+    "url": "TEXT",
+    "fetched_at": "REAL",
+    "content_hash": "TEXT",
+    "html_compressed": "BLOB NOT NULL",
     "encoding": "TEXT",
 }
 # Indexed metadata fields besides _id and the unique url.
@@ -167,6 +197,147 @@ class PageStore(Protocol):
     ) -> Iterator[StoredPage]: ...
 
     def count(self) -> int: ...
+
+    def get_versions(self, url: str) -> list[StoredPage]:
+        """The earlier contents of ``url``, newest first (metadata:
+        ``fetched_at``, ``content_hash``)."""
+        ...
+
+    def find_original(
+        self,
+        page_id: str,
+        content_hash: str | None,
+        simhash: int | None,
+        max_distance: int,
+        max_candidates: int,
+    ) -> Original | None:
+        """The stored original the page duplicates, if any: one whose
+        content hash is ``content_hash`` (exact), else the nearest whose
+        SimHash is within ``max_distance`` (near; candidates come from the
+        SimHash band index, at most ``max_candidates`` per band). Originals
+        are pages stored with their content; ``page_id`` itself never
+        matches (a re-fetch is not its own duplicate). Runs in a thread."""
+        ...
+
+
+NOT_MODIFIED = 304
+
+
+def visit(doc: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    """The history entry of writing ``doc`` over ``previous`` (the stored
+    metadata, None for a new page). ``changed``: None for a failed fetch
+    (nothing to compare), True for a first fetch or a new content hash.
+
+    >>> visit({"fetched_at": 2.0, "status": 200, "content_hash": "b"},
+    ...       {"content_hash": "a"})["changed"]
+    True
+    >>> visit({"fetched_at": 2.0, "status": 304}, {"content_hash": "a"})
+    {'fetched_at': 2.0, 'status': 304, 'content_hash': 'a', 'changed': False}
+    """
+    status = doc.get("status") or 0
+    old = previous.get("content_hash") if previous else None
+    if status == NOT_MODIFIED:
+        return {"fetched_at": doc.get("fetched_at"), "status": status,
+                "content_hash": old, "changed": False}  # fmt: skip
+    new = doc.get("content_hash")
+    changed = None if doc.get("error") or not new else (previous is None or new != old)
+    return {"fetched_at": doc.get("fetched_at"), "status": status,
+            "content_hash": new, "changed": changed}  # fmt: skip
+
+
+def replaces_version(doc: dict[str, Any], previous: dict[str, Any] | None) -> bool:
+    """Whether writing ``doc`` replaces stored content by another version
+    (so the stored one is kept in ``pages_versions`` first).
+
+    >>> replaces_version({"has_content": True, "content_hash": "b", "status": 200},
+    ...                  {"has_content": True, "content_hash": "a"})
+    True
+    >>> replaces_version({"has_content": True, "content_hash": "a", "status": 200},
+    ...                  {"has_content": True, "content_hash": "a"})
+    False
+    """
+    return bool(
+        previous
+        and previous.get("has_content")
+        and doc.get("has_content")
+        and doc.get("status") != NOT_MODIFIED
+        and doc.get("content_hash") != previous.get("content_hash")
+    )
+
+
+def with_visit(
+    history: list[dict[str, Any]] | None, entry: dict[str, Any], limit: int
+) -> list[dict[str, Any]]:
+    """``history`` with ``entry`` appended, the ``limit`` most recent kept.
+
+    >>> with_visit([{"fetched_at": 1}, {"fetched_at": 2}], {"fetched_at": 3}, 2)
+    [{'fetched_at': 2}, {'fetched_at': 3}]
+    >>> with_visit(None, {"fetched_at": 1}, 0)
+    []
+    >>> with_visit([{"fetched_at": 1, "changed": True}],
+    ...            {"fetched_at": 1, "changed": False}, 5)  # a batch written twice
+    [{'fetched_at': 1, 'changed': True}]
+    """
+    if limit <= 0:
+        return []
+    last = history[-1] if history else None
+    if last is not None and last.get("fetched_at") == entry.get("fetched_at"):
+        # The same fetch written again (a retried batch): it is recorded, and
+        # its first entry knew whether it changed.
+        return history[-limit:] if history else []
+    return [*(history or []), entry][-limit:]
+
+
+@dataclass(frozen=True)
+class Original:
+    """What :meth:`PageStore.find_original` found: ``kind`` is ``"exact"``
+    or ``"near"``, ``page_id`` the original, ``distance`` the Hamming
+    distance of the SimHashes (0 for an exact match)."""
+
+    kind: str
+    page_id: str
+    distance: int = 0
+
+
+def simhash_bands(simhash: str | None) -> list[int]:
+    """The band index values of a SimHash (16 hex digits): ``band << 16 |
+    block`` for its four 16-bit blocks, low block first. Two SimHashes
+    within Hamming distance 3 share one of them (pigeonhole).
+
+    >>> [hex(b) for b in simhash_bands("1111222233334444")]
+    ['0x4444', '0x13333', '0x22222', '0x31111']
+    >>> simhash_bands(None)
+    []
+    """
+    if not simhash:
+        return []
+    value = int(simhash, 16)
+    return [band << 16 | (value >> (16 * band)) & 0xFFFF for band in range(4)]
+
+
+def is_original(doc: dict[str, Any]) -> bool:
+    """A metadata document whose page other pages may duplicate: stored with
+    its content (so not a failure, a ``noindex`` page nor a duplicate)."""
+    return bool(doc.get("has_content")) and not doc.get("duplicate_of")
+
+
+def nearest(
+    simhash: int, candidates: Iterable[tuple[str, str]], max_distance: int
+) -> Original | None:
+    """The candidate ``(page id, SimHash hex)`` nearest ``simhash`` within
+    ``max_distance`` (ties: the smallest page id, so every store agrees).
+
+    >>> nearest(0b1011, [("b", "000000000000000f"), ("a", "0000000000000003")], 1)
+    Original(kind='near', page_id='a', distance=1)
+    >>> nearest(0, [("a", "00000000000000ff")], 3) is None
+    True
+    """
+    best: tuple[int, str] | None = None
+    for page_id, other in candidates:
+        distance = (simhash ^ int(other, 16)).bit_count()
+        if distance <= max_distance and (best is None or (distance, page_id) < best):
+            best = (distance, page_id)
+    return None if best is None else Original("near", best[1], best[0])
 
 
 def content_source(meta: dict[str, Any]) -> str | None:

@@ -1,10 +1,12 @@
 """The production page store: MongoDB through pymongo.
 
-Collections ``pages_metadata`` and ``pages_content`` (see
+Collections ``pages_metadata``, ``pages_content`` and ``pages_simhash``
+(``{_id: page id, simhash: hex, bands: [int]}``, see
 :mod:`pipelines.stores.base`); indexes created at open: ``url`` unique,
-``domain``, ``fetched_at``, ``content_hash``. A batch is two unordered bulk
-writes of ``ReplaceOne(upsert=True)`` by ``_id`` (metadata first, then the
-content of the metadata that was written), so a retried batch is harmless.
+``domain``, ``fetched_at``, ``content_hash``, and ``bands`` (multikey). A
+batch is three unordered bulk writes of ``ReplaceOne(upsert=True)`` by
+``_id`` (metadata first, then the content and the band index of the metadata
+that was written), so a retried batch is harmless.
 
 Errors: network errors, server selection timeouts, primary step-downs and
 write errors labelled retryable raise
@@ -15,8 +17,8 @@ other server or driver error raises
 :class:`~pipelines.stores.base.PermanentStoreError` (never retried).
 
 Settings read (by :meth:`MongoStore.from_settings`): ``MONGO_URI``,
-``MONGO_DATABASE``, ``MONGO_TIMEOUT_MS``. The URI's password never reaches a
-log (:func:`extensions.redact.redact_url`).
+``MONGO_DATABASE``, ``MONGO_TIMEOUT_MS``, ``PAGE_HISTORY_MAX``. The URI's
+password never reaches a log (:func:`extensions.redact.redact_url`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pymongo
 from bson import BSON
-from pymongo import DeleteOne, ReplaceOne
+from pymongo import DeleteOne, ReplaceOne, UpdateOne
 from pymongo.errors import (
     BulkWriteError,
     ConfigurationError,
@@ -43,13 +45,22 @@ from pipelines import defaults
 from pipelines.stores.base import (
     ITER_CHUNK,
     METADATA_INDEXES,
+    NOT_MODIFIED,
     BatchResult,
     DocumentError,
+    Original,
     PermanentStoreError,
     StoredPage,
     StoreNotFoundError,
     TransientStoreError,
     assemble_pages,
+    decompress,
+    is_original,
+    nearest,
+    replaces_version,
+    simhash_bands,
+    visit,
+    with_visit,
 )
 
 if TYPE_CHECKING:
@@ -66,6 +77,11 @@ TRANSIENT_CODES = frozenset(
 )
 # BSON's limit is 16 MiB; leave room for the bulk command around a document.
 MAX_DOCUMENT_SIZE = 16 * 1024 * 1024 - 16 * 1024
+
+
+# What _with_history reads of a stored page, and a version's metadata.
+STORED_FIELDS = ("content_hash", "history", "has_content", "fetched_at", "url")
+VERSION_META = ("_id", "fetched_at", "content_hash", "encoding")
 
 
 def _is_transient(code: int | None, labels: list[str] | None = None) -> bool:
@@ -88,8 +104,10 @@ class MongoStore:
         *,
         client: Any = None,
         timeout_ms: int = defaults.MONGO_TIMEOUT_MS,
+        history_max: int = defaults.PAGE_HISTORY_MAX,
     ) -> None:
         self.uri = uri
+        self.history_max = history_max
         self.database_name = database
         self.timeout_ms = timeout_ms
         self._client = client
@@ -105,6 +123,7 @@ class MongoStore:
             str(uri),
             settings.get("MONGO_DATABASE") or defaults.MONGO_DATABASE,
             timeout_ms=settings.getint("MONGO_TIMEOUT_MS", defaults.MONGO_TIMEOUT_MS),
+            history_max=settings.getint("PAGE_HISTORY_MAX", defaults.PAGE_HISTORY_MAX),
         )
 
     def __repr__(self) -> str:
@@ -141,6 +160,11 @@ class MongoStore:
             for name in METADATA_INDEXES:
                 meta.create_index(name, name=name)
             db["pages_content"].create_index("page_id", name="page_id")
+            db["pages_versions"].create_index(
+                [("page_id", 1), ("fetched_at", -1)], name="page_id_fetched_at"
+            )
+            db["pages_versions"].create_index("url", name="url")
+            db["pages_simhash"].create_index("bands", name="bands")
         except ConnectionFailure as e:
             raise TransientStoreError(f"mongodb unreachable: {e}") from e
         except OperationFailure as e:
@@ -168,17 +192,23 @@ class MongoStore:
     ) -> BatchResult:
         db = self._database()
         result = BatchResult()
+        docs, visits, replaced = self._with_history(db["pages_metadata"], metadata_docs)
+        if replaced:
+            self._keep_versions(db, replaced)
         written = self._bulk(
             db["pages_metadata"],
-            [d for d in metadata_docs if self._fits(d, "pages_metadata", result)],
+            [d for d in docs if self._fits(d, "pages_metadata", result)],
             result,
             "pages_metadata",
+            visits=visits,
         )
         result.written = len(written)
         stale = [
             d["_id"]
             for d in metadata_docs
-            if d["_id"] in written and not d.get("has_content")
+            if d["_id"] in written
+            and not d.get("has_content")
+            and d["_id"] not in visits
         ]
         content = [
             d
@@ -189,7 +219,159 @@ class MongoStore:
             db["pages_content"], content, result, "pages_content", delete_ids=stale
         )
         result.content_written = len(done)
+        originals = [
+            {
+                "_id": d["_id"],
+                "simhash": d["simhash"],
+                "bands": simhash_bands(d["simhash"]),
+            }
+            for d in metadata_docs
+            if d["_id"] in written
+            and d["_id"] not in visits
+            and is_original(d)
+            and d.get("simhash")
+        ]
+        # A visit (a 304) keeps the stored content, so it keeps its bands.
+        indexed = {d["_id"] for d in originals} | visits
+        self._bulk(
+            db["pages_simhash"],
+            originals,
+            result,
+            "pages_simhash",
+            delete_ids=[i for i in sorted(written) if i not in indexed],
+        )
         return result
+
+    def _with_history(
+        self, coll: Any, metadata_docs: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], set[str], dict[str, dict[str, Any]]]:
+        """The documents with their history appended (one read of the
+        stored hashes and histories), and the ids of those that are a visit
+        only (a 304 of a stored page: only ``checked_at`` and ``history``
+        are written, see :func:`~pipelines.stores.base.visit`), and the
+        stored metadata of the pages whose content is replaced by another
+        version."""
+        ids = [d["_id"] for d in metadata_docs]
+        try:
+            stored = {
+                m["_id"]: m
+                for m in coll.find(
+                    {"_id": {"$in": ids}},
+                    dict.fromkeys(STORED_FIELDS, 1),
+                )
+            }
+        except ConnectionFailure as e:
+            raise TransientStoreError(f"mongodb unreachable: {e}") from e
+        docs, visits, replaced = [], set(), {}
+        for doc in metadata_docs:
+            previous = stored.get(doc["_id"])
+            if previous is not None and replaces_version(doc, previous):
+                replaced[doc["_id"]] = previous
+            history = with_visit(
+                previous.get("history") if previous else None,
+                visit(doc, previous),
+                self.history_max,
+            )
+            if doc.get("status") == NOT_MODIFIED and previous:
+                visits.add(doc["_id"])
+                docs.append(
+                    {
+                        "_id": doc["_id"],
+                        "checked_at": doc.get("fetched_at"),
+                        "history": history,
+                    }
+                )
+            else:
+                docs.append(
+                    {**doc, "checked_at": doc.get("fetched_at"), "history": history}
+                )
+        return docs, visits, replaced
+
+    def _keep_versions(self, db: Any, replaced: dict[str, dict[str, Any]]) -> None:
+        """Copy the stored content of the ``replaced`` pages to
+        ``pages_versions`` (idempotent upserts), keeping the newest
+        ``history_max`` per page."""
+        versions = db["pages_versions"]
+        try:
+            ops: list[Any] = []
+            for content in db["pages_content"].find({"_id": {"$in": list(replaced)}}):
+                meta = replaced[content["_id"]]
+                vid = f"{content['_id']}@{meta.get('fetched_at')}"
+                version = {
+                    "_id": vid,
+                    "page_id": content["_id"],
+                    "url": meta.get("url"),
+                    "fetched_at": meta.get("fetched_at"),
+                    "content_hash": meta.get("content_hash"),
+                    "html_compressed": content["html_compressed"],
+                    "encoding": content.get("encoding"),
+                }
+                ops.append(ReplaceOne({"_id": vid}, version, upsert=True))
+            if ops:
+                versions.bulk_write(ops, ordered=False)
+            for page_id in replaced:
+                old = versions.find({"page_id": page_id}, {"_id": 1}).sort(
+                    "fetched_at", -1
+                )
+                stale = [v["_id"] for v in list(old)[self.history_max :]]
+                if stale:
+                    versions.delete_many({"_id": {"$in": stale}})
+        except ConnectionFailure as e:
+            raise TransientStoreError(f"mongodb unreachable: {e}") from e
+
+    def get_versions(self, url: str) -> list[StoredPage]:
+        try:
+            cursor = self._database()["pages_versions"].find({"url": url})
+            docs = sorted(cursor, key=lambda d: d.get("fetched_at") or 0, reverse=True)
+        except ConnectionFailure as e:
+            raise TransientStoreError(f"mongodb unreachable: {e}") from e
+        return [
+            StoredPage(
+                url,
+                {
+                    k: d.get(k)
+                    for k in ("_id", "fetched_at", "content_hash", "encoding")
+                },
+                decompress(bytes(d["html_compressed"])),
+                d["_id"],
+            )
+            for d in docs
+        ]
+
+    def find_original(
+        self,
+        page_id: str,
+        content_hash: str | None,
+        simhash: int | None,
+        max_distance: int,
+        max_candidates: int,
+    ) -> Original | None:
+        db = self._database()
+        try:
+            if content_hash:
+                found = db["pages_metadata"].find_one(
+                    {
+                        "content_hash": content_hash,
+                        "has_content": True,
+                        "duplicate_of": None,
+                        "_id": {"$ne": page_id},
+                    },
+                    {"_id": 1},
+                    sort=[("_id", 1)],
+                )
+                if found is not None:
+                    return Original("exact", str(found["_id"]))
+            if simhash is None:
+                return None
+            rows: list[tuple[str, str]] = []
+            for band in simhash_bands(f"{simhash:016x}"):
+                cursor = db["pages_simhash"].find(
+                    {"bands": band, "_id": {"$ne": page_id}}, {"simhash": 1}
+                )
+                rows += [(d["_id"], d["simhash"]) for d in cursor.limit(max_candidates)]
+        except ConnectionFailure as e:
+            raise TransientStoreError(f"mongodb unreachable: {e}") from e
+        return nearest(simhash, rows, max_distance)
 
     def _fits(self, doc: dict[str, Any], collection: str, result: BatchResult) -> bool:
         size = len(BSON.encode(doc))
@@ -210,10 +392,17 @@ class MongoStore:
         name: str,
         *,
         delete_ids: list[str] | None = None,
+        visits: set[str] | frozenset[str] = frozenset(),
     ) -> set[str]:
         """Upsert ``docs`` (and delete ``delete_ids``) in one unordered bulk
-        write; return the ids of the documents written."""
-        ops: list[Any] = [ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in docs]
+        write; return the ids of the documents written. The ``visits`` ids
+        update only the fields their document names."""
+        ops: list[Any] = [
+            UpdateOne({"_id": d["_id"]}, {"$set": d})
+            if d["_id"] in visits
+            else ReplaceOne({"_id": d["_id"]}, d, upsert=True)
+            for d in docs
+        ]
         ops += [DeleteOne({"_id": i}) for i in delete_ids or []]
         if not ops:
             return set()

@@ -4,16 +4,18 @@ Used when ``MONGO_URI`` is empty, at ``WEBCRAWL_HOME/pages.sqlite3``: tables
 ``pages_metadata`` (unique ``url``, indexes on ``domain``, ``fetched_at``,
 ``content_hash``) and ``pages_content``, the columns of
 :data:`pipelines.stores.base.METADATA_FIELDS` and ``CONTENT_FIELDS`` (``_id``
-is the column ``id``). WAL journaling lets ``python -m pipelines.read`` read
-while a crawl writes.
+is the column ``id``), and ``pages_simhash`` (``band``, ``id``, ``simhash``:
+four rows per original page, primary key ``(band, id)``, indexed by ``id``).
+WAL journaling lets ``python -m pipelines.read`` read while a crawl writes.
 
 Settings read (by :meth:`SQLiteStore.from_settings`): ``WEBCRAWL_HOME``,
-``SQLITE_PATH`` (each also from the environment when the settings leave it
-empty).
+``PAGE_HISTORY_MAX``, ``SQLITE_PATH`` (each also from the environment when the
+settings leave it empty).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from pathlib import Path
@@ -21,18 +23,29 @@ from typing import TYPE_CHECKING, Any
 
 from extensions.config import setting_or_env
 from extensions.embedded_redis import webcrawl_home
+from pipelines import defaults
 from pipelines.stores.base import (
     CONTENT_FIELDS,
     ITER_CHUNK,
     METADATA_FIELDS,
     METADATA_INDEXES,
+    NOT_MODIFIED,
+    VERSION_FIELDS,
     BatchResult,
     DocumentError,
+    Original,
     PermanentStoreError,
     StoredPage,
     StoreNotFoundError,
     TransientStoreError,
     assemble_pages,
+    decompress,
+    is_original,
+    nearest,
+    replaces_version,
+    simhash_bands,
+    visit,
+    with_visit,
 )
 
 if TYPE_CHECKING:
@@ -69,6 +82,17 @@ def _store_error(error: sqlite3.Error, what: str) -> Exception:
     return cls(f"sqlite {what}: {error}")
 
 
+# Metadata columns added with continuous crawling (pipelines.stores.base).
+HISTORY_COLUMNS = ("checked_at", "history")
+
+# The near-duplicate band index (see pipelines.stores.base): a page's rows go
+# with its metadata row, in the same transaction.
+SIMHASH_TABLE = (
+    "CREATE TABLE IF NOT EXISTS pages_simhash (band INTEGER NOT NULL, "
+    "id TEXT NOT NULL, simhash TEXT NOT NULL, PRIMARY KEY (band, id)) WITHOUT ROWID"
+)
+
+
 def _column(name: str) -> str:
     return "id" if name == "_id" else name
 
@@ -100,9 +124,15 @@ class SQLiteStore:
     lock (``check_same_thread=False``).
     """
 
-    def __init__(self, path: str | os.PathLike[str], timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        timeout: float = 30.0,
+        history_max: int = defaults.PAGE_HISTORY_MAX,
+    ) -> None:
         self.path = Path(path)
         self.timeout = timeout
+        self.history_max = history_max
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._meta_sql = _upsert_sql("pages_metadata", METADATA_FIELDS)
@@ -113,7 +143,10 @@ class SQLiteStore:
         path = setting_or_env(settings, "SQLITE_PATH")
         if not path:
             path = str(webcrawl_home(settings) / "pages.sqlite3")
-        return cls(path)
+        return cls(
+            path,
+            history_max=settings.getint("PAGE_HISTORY_MAX", defaults.PAGE_HISTORY_MAX),
+        )
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -136,11 +169,30 @@ class SQLiteStore:
             with conn:
                 conn.execute(_table_sql("pages_metadata", METADATA_FIELDS))
                 conn.execute(_table_sql("pages_content", CONTENT_FIELDS))
+                conn.execute(_table_sql("pages_versions", VERSION_FIELDS))
+                conn.execute(
+                    "CREATE INDEX IF NOT EXISTS pages_versions_page_id "
+                    "ON pages_versions (page_id, fetched_at)"
+                )
+                # A store written before continuous crawling lacks its two
+                # columns: add them, empty. Older schemas are still refused.
+                have = {r[1] for r in conn.execute("PRAGMA table_info(pages_metadata)")}
+                if have and "worker" in have:
+                    for name in HISTORY_COLUMNS:
+                        if name not in have:
+                            conn.execute(
+                                f"ALTER TABLE pages_metadata ADD COLUMN {name} "
+                                f"{METADATA_FIELDS[name]}"
+                            )
                 for name in METADATA_INDEXES:
                     conn.execute(
                         f"CREATE INDEX IF NOT EXISTS pages_metadata_{name} "
                         f"ON pages_metadata ({name})"
                     )
+                conn.execute(SIMHASH_TABLE)
+                conn.execute(
+                    "CREATE INDEX IF NOT EXISTS pages_simhash_id ON pages_simhash (id)"
+                )
         except sqlite3.Error as e:  # not a database, read-only, locked
             conn.close()
             raise _store_error(e, f"open {self.path}") from e
@@ -169,8 +221,35 @@ class SQLiteStore:
             try:
                 with conn:  # one transaction per batch
                     written: set[str] = set()
+                    stored = self._stored(conn, [d["_id"] for d in metadata_docs])
                     for doc in metadata_docs:
-                        row = [doc.get(n) for n in METADATA_FIELDS]
+                        previous = stored.get(doc["_id"])
+                        history = json.dumps(
+                            with_visit(
+                                json.loads(previous["history"] or "[]")
+                                if previous
+                                else None,
+                                visit(doc, previous),
+                                self.history_max,
+                            )
+                        )
+                        if doc.get("status") == NOT_MODIFIED and previous:
+                            # A visit only: the stored page and content stand.
+                            conn.execute(
+                                "UPDATE pages_metadata SET checked_at = ?, "
+                                "history = ? WHERE id = ?",
+                                (doc.get("fetched_at"), history, doc["_id"]),
+                            )
+                            written.add(doc["_id"])
+                            continue
+                        if replaces_version(doc, previous):
+                            self._keep_version(conn, doc["_id"])
+                        full = {
+                            **doc,
+                            "checked_at": doc.get("fetched_at"),
+                            "history": history,
+                        }
+                        row = [full.get(n) for n in METADATA_FIELDS]
                         try:
                             conn.execute(self._meta_sql, row)
                         except sqlite3.IntegrityError as e:
@@ -181,6 +260,7 @@ class SQLiteStore:
                             )
                             continue
                         written.add(doc["_id"])
+                        self._index_simhash(conn, doc)
                         if not doc.get("has_content"):
                             conn.execute(
                                 "DELETE FROM pages_content WHERE id = ?",
@@ -200,6 +280,109 @@ class SQLiteStore:
                 raise _store_error(e, "write") from e
         return result
 
+    @staticmethod
+    def _stored(conn: sqlite3.Connection, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Content hash and history of the pages ``ids`` already stored."""
+        found: dict[str, dict[str, Any]] = {}
+        for i in range(0, len(ids), 500):  # SQLite's bound-parameter limit
+            chunk = ids[i : i + 500]
+            marks = ", ".join("?" for _ in chunk)
+            for pid, chash, history, has_content in conn.execute(
+                "SELECT id, content_hash, history, has_content FROM pages_metadata "
+                f"WHERE id IN ({marks})",
+                chunk,
+            ):
+                found[pid] = {
+                    "content_hash": chash,
+                    "history": history,
+                    "has_content": has_content,
+                }
+        return found
+
+    def _keep_version(self, conn: sqlite3.Connection, page_id: str) -> None:
+        """Copy the stored content of ``page_id`` to ``pages_versions`` (it
+        is about to be replaced), keeping the newest ``history_max``."""
+        conn.execute(
+            "INSERT OR REPLACE INTO pages_versions (id, page_id, url, fetched_at, "
+            "content_hash, html_compressed, encoding) "
+            "SELECT c.id || '@' || m.fetched_at, c.id, m.url, m.fetched_at, "
+            "m.content_hash, c.html_compressed, c.encoding "
+            "FROM pages_content c JOIN pages_metadata m ON m.id = c.id "
+            "WHERE c.id = ?",
+            (page_id,),
+        )
+        conn.execute(
+            "DELETE FROM pages_versions WHERE page_id = ? AND id NOT IN "
+            "(SELECT id FROM pages_versions WHERE page_id = ? "
+            "ORDER BY fetched_at DESC LIMIT ?)",
+            (page_id, page_id, self.history_max),
+        )
+
+    def get_versions(self, url: str) -> list[StoredPage]:
+        with self._lock:
+            rows = (
+                self._connection()
+                .execute(
+                    "SELECT v.id, v.fetched_at, v.content_hash, v.html_compressed, "
+                    "v.encoding FROM pages_versions v JOIN pages_metadata m "
+                    "ON m.id = v.page_id WHERE m.url = ? ORDER BY v.fetched_at DESC",
+                    (url,),
+                )
+                .fetchall()
+            )
+        return [
+            StoredPage(
+                url,
+                {"_id": vid, "fetched_at": at, "content_hash": chash, "encoding": enc},
+                decompress(blob),
+                vid,
+            )
+            for vid, at, chash, blob, enc in rows
+        ]
+
+    @staticmethod
+    def _index_simhash(conn: sqlite3.Connection, doc: dict[str, Any]) -> None:
+        conn.execute("DELETE FROM pages_simhash WHERE id = ?", (doc["_id"],))
+        if is_original(doc):
+            sh = doc["simhash"]
+            conn.executemany(
+                "INSERT INTO pages_simhash (band, id, simhash) VALUES (?, ?, ?)",
+                [(band, doc["_id"], sh) for band in simhash_bands(sh)],
+            )
+
+    def find_original(
+        self,
+        page_id: str,
+        content_hash: str | None,
+        simhash: int | None,
+        max_distance: int,
+        max_candidates: int,
+    ) -> Original | None:
+        with self._lock:
+            conn = self._connection()
+            try:
+                if content_hash:
+                    row = conn.execute(
+                        "SELECT id FROM pages_metadata WHERE content_hash = ? "
+                        "AND has_content = 1 AND duplicate_of IS NULL AND id != ? "
+                        "ORDER BY id LIMIT 1",
+                        (content_hash, page_id),
+                    ).fetchone()
+                    if row is not None:
+                        return Original("exact", row[0])
+                if simhash is None:
+                    return None
+                rows: list[tuple[str, str]] = []
+                for band in simhash_bands(f"{simhash:016x}"):
+                    rows += conn.execute(
+                        "SELECT id, simhash FROM pages_simhash WHERE band = ? "
+                        "AND id != ? LIMIT ?",
+                        (band, page_id, max_candidates),
+                    ).fetchall()
+            except sqlite3.Error as e:
+                raise _store_error(e, "read") from e
+        return nearest(simhash, rows, max_distance)
+
     def _metadata_rows(self, sql: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
         conn = self._connection()
         conn.row_factory = sqlite3.Row
@@ -207,10 +390,13 @@ class SQLiteStore:
             rows = conn.execute(sql, args).fetchall()
         finally:
             conn.row_factory = None
-        return [
-            {("_id" if k == "id" else k): row[k] for k in row.keys()}  # noqa: SIM118
-            for row in rows
-        ]
+        docs = []
+        for row in rows:
+            doc = {("_id" if k == "id" else k): row[k] for k in row.keys()}  # noqa: SIM118
+            # SQLite keeps the visit history as JSON text (MongoDB: a list).
+            doc["history"] = json.loads(doc.get("history") or "[]")
+            docs.append(doc)
+        return docs
 
     def _compressed_bodies(self, ids: list[str]) -> dict[str, bytes]:
         marks = ", ".join("?" * len(ids))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import UsageError
 
-from extensions.seeds import URL_LENGTH_LIMIT
+from extensions.seeds import seed_url_limit
 from webcrawl.operate import OperatorCommand, check_seed_lines, push_seeds
 
 if TYPE_CHECKING:
@@ -37,8 +37,7 @@ class Command(OperatorCommand):
         else:
             with open(args[0], encoding="utf-8", errors="replace") as f:
                 lines = f.read().splitlines()
-        # The spider's limit (webcrawl.spiders.web): 0 keeps Scrapy's default.
-        limit = self.crawl_settings().getint("URLLENGTH_LIMIT") or URL_LENGTH_LIMIT
+        limit = seed_url_limit(self.crawl_settings())  # the spider's limit
         valid, invalid = check_seed_lines(lines, limit)
         for number, line, why in invalid:
             print(f"{args[0]}:{number}: {why}: {line[:200]}", file=sys.stderr)

@@ -4,7 +4,7 @@ Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
 ``MAX_IDLE_TIME_BEFORE_CLOSE``, ``WEB_ALLOWED_DOMAINS``,
 ``WEB_SCOPE_SEED_HOSTS``, ``WEBCRAWL_WORKER_ID`` (defaults in
 :mod:`webcrawl.defaults`),
-``REDIS_RETRY_MAX`` (:mod:`extensions.defaults`) and Scrapy's
+``REDIS_RETRY_MAX``, ``RECRAWL_ENABLED`` (:mod:`extensions.defaults`) and Scrapy's
 ``URLLENGTH_LIMIT`` (the longest seed URL accepted; 0 keeps the 2083 cap,
 since a seed is always bounded).
 
@@ -57,8 +57,8 @@ from extensions.config import SettingsError
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.dlq import dead_letter
 from extensions.failures import FAILURE_META, classify_exception
-from extensions.meta import FRONTIER_LEASE
-from extensions.seeds import URL_LENGTH_LIMIT, SeedList
+from extensions.meta import FRONTIER_LEASE, RECRAWL_RECORD, SITEMAP_CHANGEFREQ
+from extensions.seeds import SeedList, seed_url_limit
 from extensions.serialization import UnserializableRequest
 from extensions.signals import request_dead
 from pipelines.items import PageItem
@@ -125,6 +125,7 @@ class WebSpider(Spider):
     poll_retry_max: float
     max_idle: float
     worker: str | None
+    recrawl: bool
 
     def __init__(
         self,
@@ -162,13 +163,13 @@ class WebSpider(Spider):
         spider.scope_seed_hosts = s.getbool("WEB_SCOPE_SEED_HOSTS")
         spider.poll_interval = s.getfloat("SEED_POLL_INTERVAL")
         spider.seed_batch = s.getint("SEED_BATCH_SIZE")
-        # A seed is always bounded: URLLENGTH_LIMIT=0 keeps Scrapy's default.
-        spider.seed_url_limit = (
-            s.getint("URLLENGTH_LIMIT", URL_LENGTH_LIMIT) or URL_LENGTH_LIMIT
-        )
+        spider.seed_url_limit = seed_url_limit(s)
         spider.poll_retry_max = s.getfloat("REDIS_RETRY_MAX")
         spider.max_idle = s.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE")
         spider.worker = s.get("WEBCRAWL_WORKER_ID") or None
+        # Sitemap <changefreq> hints travel with requests only when revisits
+        # are on (extensions.recrawl): otherwise they would cost queue bytes.
+        spider.recrawl = s.getbool("RECRAWL_ENABLED")
         crawler.signals.connect(spider._on_idle, signal=signals.spider_idle)
         crawler.signals.connect(spider._on_closed, signal=signals.spider_closed)
         for sig in (signals.response_received, signals.item_scraped):
@@ -313,7 +314,14 @@ class WebSpider(Spider):
             error=error,
             lease=request.meta.get(FRONTIER_LEASE),
             worker=self.worker,
+            recrawl=request.meta.get(RECRAWL_RECORD),
+            changefreq=request.meta.get(SITEMAP_CHANGEFREQ),
         )
+
+    def revisit_request(self, request: Request) -> Request:
+        """Complete a revisit of the continuous crawl (extensions.recrawl):
+        a failed revisit is recorded like any failed page."""
+        return request.replace(errback=self.on_error)
 
     def _fingerprint(self, request: Request) -> str:
         fingerprinter = self.crawler.request_fingerprinter
@@ -323,6 +331,10 @@ class WebSpider(Spider):
         return fingerprinter.fingerprint(request).hex()
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        if response.status == 304:
+            # A revisit's conditional GET: not modified, nothing to parse.
+            yield self._item(response)
+            return
         if not isinstance(response, HtmlResponse) and _looks_like_sitemap(response):
             # Sitemap: lines of robots.txt arrive as seeds (extensions.robots).
             yield from self._sitemap_links(response)
@@ -366,7 +378,12 @@ class WebSpider(Spider):
         for entry in sitemap:
             loc = entry.get("loc")
             if loc and self._in_scope(response.urljoin(loc)):
-                yield Request(response.urljoin(loc), errback=self.on_error)
+                freq = entry.get("changefreq") if self.recrawl else None
+                yield Request(
+                    response.urljoin(loc),
+                    errback=self.on_error,
+                    meta={SITEMAP_CHANGEFREQ: freq} if freq else None,
+                )
 
     def on_error(self, failure: Failure) -> Iterator[PageItem]:
         """The final-failure path of every request: the page is stored with
@@ -392,6 +409,7 @@ class WebSpider(Spider):
             error=f"{type(value).__name__}: {value}"[:500],
             lease=request.meta.get(FRONTIER_LEASE),
             worker=self.worker,
+            recrawl=request.meta.get(RECRAWL_RECORD),
         )
 
     def _dead_letter(self, request: Request, value: BaseException | None) -> None:
