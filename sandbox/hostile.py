@@ -17,8 +17,10 @@ malformed      ``/malformed/unclosed.html`` (unclosed tags),
                ``/malformed/garbage.html`` (invalid UTF-8 and NUL bytes)
 encodings      ``ENCODING_PAGES``: windows-1252 / Shift_JIS with the charset in
                the header only or in a ``<meta>`` only, UTF-8 with a BOM only
-bomb           ``/bomb.html``: ``Content-Encoding: gzip``, ~2 MB that inflate
-               to ``BOMB_SIZE`` (2 GiB)
+bomb           ``BOMB_PATHS``: ``/bomb.html`` (``Content-Encoding: gzip``, ~2 MB),
+               ``/bomb-deflate.html`` (``deflate``, zlib-wrapped, ~2 MB) and
+               ``/bomb-br.html`` (``br``, ~0.4 MB), each inflating to
+               ``BOMB_SIZE`` (2 GiB)
 huge           ``/huge.html``: a ``HUGE_SIZE`` (20 MiB) HTML page
 duplicates     ``/dup/original.html`` = ``/dup/copy-a.html`` = ``/dup/copy-b.html``
                byte for byte; ``/dup/near-a.html``, ``/dup/near-b.html``: the
@@ -57,6 +59,8 @@ import zlib
 from email.utils import formatdate
 from typing import TYPE_CHECKING
 
+import brotli
+
 from sandbox.site import HTML, Page, Request, Response, make_page, stable_hash
 
 if TYPE_CHECKING:
@@ -65,6 +69,12 @@ if TYPE_CHECKING:
     from sandbox.site import Site
 
 BOMB_SIZE = 2 * 1024**3
+# path -> Content-Encoding of the bomb served there.
+BOMB_PATHS: dict[str, str] = {
+    "/bomb.html": "gzip",
+    "/bomb-deflate.html": "deflate",
+    "/bomb-br.html": "br",
+}
 HUGE_SIZE = 20 * 1024**2
 NEAR_CHANGED_WORDS = 3
 CALENDAR_START = "/calendar/2024/01"
@@ -108,7 +118,7 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
     ),
     "malformed": ("/malformed/unclosed.html", "/malformed/garbage.html"),
     "encodings": tuple(ENCODING_PAGES),
-    "bomb": ("/bomb.html",),
+    "bomb": tuple(BOMB_PATHS),
     "huge": ("/huge.html",),
     "duplicates": DUPLICATE_EXACT + DUPLICATE_NEAR,
     "etag": (),
@@ -150,8 +160,9 @@ FACETS = {
 def entry_paths(features: Iterable[str]) -> list[str]:
     """Paths the trap host's root links to for ``features``.
 
-    >>> entry_paths({"redirects", "bomb"})
-    ['/bomb.html', '/redirect/chain/1', '/redirect/loop/a']
+    >>> entry_paths({"redirects", "bomb"})  # doctest: +NORMALIZE_WHITESPACE
+    ['/bomb.html', '/bomb-deflate.html', '/bomb-br.html', '/redirect/chain/1',
+     '/redirect/loop/a']
     """
     return [p for f in sorted(features) for p in ENTRY_PATHS[f]]
 
@@ -169,36 +180,54 @@ def feature_paths(features: Iterable[str]) -> list[str]:
     ]
 
 
-def build_gzip_bomb(
-    size: int, prefix: bytes = b"<!DOCTYPE html><html><body><p>"
+def build_bomb(
+    size: int, encoding: str = "gzip", prefix: bytes = b"<!DOCTYPE html><html><body><p>"
 ) -> bytes:
-    """A gzip member that inflates to ``size`` bytes (``prefix`` then spaces).
+    """A body in ``encoding`` that inflates to ``size`` bytes (``prefix`` then spaces).
 
-    A full flush resets the deflate state, so 1 MiB of spaces compresses to the
-    same ~1 KB block every time: the bomb is that block repeated, with a
-    correct CRC and length (computing the CRC is the slow part: ~0.5 s/GiB).
+    ``gzip`` and ``deflate`` (RFC 9110: the zlib format) share one deflate
+    stream: a full flush resets the deflate state, so 1 MiB of spaces
+    compresses to the same ~1 KB block every time and the bomb is that block
+    repeated, with a correct checksum and length (the checksums are the slow
+    part: ~0.5 s/GiB). ``br`` streams the spaces through a quality-1 brotli
+    compressor a MiB at a time (~0.1 s/GiB, ~0.2 MB per GiB).
 
-    >>> import gzip
-    >>> data = build_gzip_bomb(3 * 1024 * 1024 + 5)
+    >>> import gzip, zlib, brotli
+    >>> size = 3 * 1024 * 1024 + 5
+    >>> data = build_bomb(size)
     >>> len(data) < 10_000, len(gzip.decompress(data))
     (True, 3145733)
+    >>> len(zlib.decompress(build_bomb(size, "deflate")))
+    3145733
+    >>> len(brotli.decompress(build_bomb(size, "br")))
+    3145733
     """
     mib = 1 << 20
+    full, rest = divmod(size - len(prefix), mib)
+    block_data, tail_data = b" " * mib, b" " * rest
+    if encoding == "br":
+        brot = brotli.Compressor(quality=1)
+        parts = [brot.process(prefix)]
+        parts += [brot.process(block_data) for _ in range(full)]
+        return b"".join([*parts, brot.process(tail_data), brot.finish()])
     comp = zlib.compressobj(9, zlib.DEFLATED, -15)
     head = comp.compress(prefix) + comp.flush(zlib.Z_FULL_FLUSH)
-    crc = zlib.crc32(prefix)
-    remaining = size - len(prefix)
-    full, rest = divmod(remaining, mib)
-    block_data = b" " * mib
     block = comp.compress(block_data) + comp.flush(zlib.Z_FULL_FLUSH)
+    tail = comp.compress(tail_data) + comp.flush(zlib.Z_FINISH)
+    stream = b"".join([head, block * full, tail])
+    if encoding == "deflate":
+        adler = zlib.adler32(prefix)
+        for _ in range(full):
+            adler = zlib.adler32(block_data, adler)
+        adler = zlib.adler32(tail_data, adler)
+        return b"\x78\xda" + stream + struct.pack(">I", adler & 0xFFFFFFFF)
+    crc = zlib.crc32(prefix)
     for _ in range(full):
         crc = zlib.crc32(block_data, crc)
-    tail_data = b" " * rest
-    tail = comp.compress(tail_data) + comp.flush(zlib.Z_FINISH)
     crc = zlib.crc32(tail_data, crc)
     header = b"\x1f\x8b\x08\x00" + struct.pack("<I", 0) + b"\x02\xff"
     trailer = struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF)
-    return b"".join([header, head, block * full, tail, trailer])
+    return header + stream + trailer
 
 
 def _html(title: str, body: str, charset: str = "utf-8") -> str:
@@ -217,7 +246,7 @@ class Hostile:
         self.features = site.spec.features
         self.flaky_count = 0
         self.retry_later_served = False
-        self._bomb: asyncio.Future[bytes] | None = None
+        self._bombs: dict[str, asyncio.Future[bytes]] = {}
         self._huge: Page | None = None
         self._dups: dict[str, Page] | None = None
 
@@ -236,8 +265,8 @@ class Hostile:
             return self.malformed(path)
         if "encodings" in f and path in ENCODING_PAGES:
             return self.encoded(path)
-        if "bomb" in f and path == "/bomb.html":
-            return self.bomb()
+        if "bomb" in f and path in BOMB_PATHS:
+            return self.bomb(BOMB_PATHS[path])
         if "huge" in f and path == "/huge.html":
             return self.site.page_response(self.huge(), req)
         if "failures" in f and path.startswith("/fail/"):
@@ -448,12 +477,14 @@ class Hostile:
         return Response(200, body, [("Content-Type", content_type)])
 
     # --- bomb and huge ---------------------------------------------------------
-    async def bomb(self) -> Response:
-        if self._bomb is None:
+    async def bomb(self, encoding: str) -> Response:
+        if encoding not in self._bombs:
             loop = asyncio.get_running_loop()
-            self._bomb = loop.run_in_executor(None, build_gzip_bomb, BOMB_SIZE)
-        body = await self._bomb
-        headers = [("Content-Type", HTML), ("Content-Encoding", "gzip")]
+            self._bombs[encoding] = loop.run_in_executor(
+                None, build_bomb, BOMB_SIZE, encoding
+            )
+        body = await self._bombs[encoding]
+        headers = [("Content-Type", HTML), ("Content-Encoding", encoding)]
         return Response(200, body, headers)
 
     def huge(self) -> Page:

@@ -14,6 +14,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
+import brotli
 import pytest
 from lxml import html as lxml_html
 from protego import Protego
@@ -21,6 +22,7 @@ from scrapy.http import HtmlResponse
 
 from sandbox.__main__ import build_parser, spec_from_args
 from sandbox.hostile import (
+    BOMB_PATHS,
     BOMB_SIZE,
     DUPLICATE_EXACT,
     DUPLICATE_NEAR,
@@ -447,15 +449,22 @@ def test_encodings(web: SandboxProcess, path: str) -> None:
     assert text in response.text
 
 
-def test_gzip_bomb(web: SandboxProcess) -> None:
-    status, headers, body = trap(web, "/bomb.html")
-    assert status == 200 and headers["content-encoding"] == "gzip"
+@pytest.mark.parametrize(("path", "encoding"), sorted(BOMB_PATHS.items()))
+def test_compression_bombs(web: SandboxProcess, path: str, encoding: str) -> None:
+    status, headers, body = trap(web, path)
+    assert status == 200 and headers["content-encoding"] == encoding
     assert len(body) < 3_000_000
-    assert int.from_bytes(body[-4:], "little") == BOMB_SIZE % 2**32
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    first = inflater.decompress(body[:200_000], 64 * 1024**2)
-    assert first.startswith(b"<!DOCTYPE html>") and len(first) > 100 * len(
-        body[:200_000]
+    if encoding == "gzip":
+        assert int.from_bytes(body[-4:], "little") == BOMB_SIZE % 2**32
+    if encoding == "br":
+        first = brotli.Decompressor().process(
+            body[:20_000], output_buffer_limit=64 * 1024**2
+        )
+    else:
+        wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+        first = zlib.decompressobj(wbits).decompress(body[:200_000], 64 * 1024**2)
+    assert first.startswith(b"<!DOCTYPE html>") and len(first) > 100 * min(
+        len(body), 200_000
     )
 
 

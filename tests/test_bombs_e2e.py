@@ -1,0 +1,74 @@
+"""End to end: compression bombs are cut off early, with bounded memory.
+
+One real ``scrapy crawl web`` worker crawls the sandbox's ``bomb`` corner
+(:data:`sandbox.hostile.BOMB_PATHS`): a gzip, a deflate and a brotli body of
+a few hundred KB to 2 MB, each inflating to 2 GiB. Scrapy's
+HttpCompressionMiddleware decompresses in chunks and stops once
+``DOWNLOAD_MAXSIZE`` is passed, so each URL ends in the dead-letter queue as
+``too_large`` and the worker's peak resident memory (``VmHWM`` of
+``/proc/<pid>/status``, read while it runs) stays far below a bomb's size.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from demo.localcrawl import crawl_sandbox
+from sandbox.hostile import BOMB_PATHS, BOMB_SIZE
+from sandbox.site import SiteSpec
+from tests.test_failures_e2e import _dead_letters
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sandbox.process import SandboxProcess
+
+pytestmark = pytest.mark.slow
+
+# A worker idles at ~100-150 MB; DOWNLOAD_MAXSIZE (50 MiB) bounds a body and
+# its decompressed copy. A bomb inflated in full would be 2 GiB.
+PEAK_RSS_LIMIT = 400 * 1024**2
+
+
+def _peak_rss(pid: int) -> int:
+    """The process's peak resident set size in bytes (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+def test_bombs_are_dead_lettered_too_large_with_bounded_memory(
+    tmp_path: Path, redis_url: str
+) -> None:
+    peaks: list[int] = []
+
+    def watch(procs: list[Any], web: SandboxProcess) -> None:
+        (proc,) = procs
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, _peak_rss(proc.pid))
+            time.sleep(0.05)
+        peaks.append(peak)
+
+    spec = SiteSpec(seed=5, hosts=1, pages_per_host=2, features={"bomb"})
+    report = crawl_sandbox(
+        spec, redis_url, tmp_path, workers=1, timeout=120, during=watch
+    )
+    assert report.exit_codes == [0], report.log_dir
+    host = f"site-{spec.trap_host:03d}.sandbox.test"
+    urls = [f"http://{host}:{report.port}{path}" for path in BOMB_PATHS]
+    fetches = report.fetch_counts()
+    assert all(fetches[url] == 1 for url in urls), fetches
+    dead = _dead_letters(redis_url)
+    assert {url: dead[url]["reason"] for url in urls if url in dead} == dict.fromkeys(
+        urls, "too_large"
+    )
+    assert 0 < peaks[0] < PEAK_RSS_LIMIT < BOMB_SIZE, peaks
