@@ -44,6 +44,8 @@ from resiliparse.parse.html import HTMLTree
 from w3lib.encoding import html_to_unicode, resolve_encoding
 from w3lib.url import safe_url_string
 
+from extensions.charsets import fallback_encoding, is_text_encoding
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
@@ -145,6 +147,10 @@ def decode_html(
     ('utf-8', 'hi')
     >>> decode_html(b"ok \\xff bad", "text/html; charset=utf-8")
     ('utf-8', 'ok \\ufffd bad')
+    >>> decode_html(b"<p>caf\\xc3\\xa9", "text/html; charset=base64")
+    ('utf-8', '<p>café')
+    >>> decode_html(b'<meta charset="rot13"><p>ok')[0]
+    'utf-8'
     """
     if (
         declared
@@ -152,10 +158,13 @@ def decode_html(
         and resolve_encoding(declared)
     ):
         content_type = f"text/html; charset={declared}"
-    encoding, text = html_to_unicode(
-        content_type, body, auto_detect_fun=_detect_encoding
-    )
-    return encoding, text
+    try:
+        return html_to_unicode(content_type, body, auto_detect_fun=_detect_encoding)
+    except LookupError:
+        # A label naming a codec that is no text encoding (charset=base64,
+        # <meta charset=rot13>): decode as extensions.charsets would.
+        fallback = declared if is_text_encoding(declared) else fallback_encoding(body)
+        return html_to_unicode(f"text/html; charset={fallback}", body)
 
 
 def robots_tokens(values: Iterable[str]) -> set[str]:

@@ -41,6 +41,11 @@ failures       ``/fail/links.html`` links hosts whose names do not resolve
                RETRY_LATER_SECONDS`` the first time (per server run), then
                200; ``/fail/throttled.html``: always 429 with ``Retry-After: 1``;
                ``/fail/offsite.html`` -302-> ``OFFSITE_URL`` (out of scope)
+content        ``/content/label-base64.html`` (``charset=base64`` in the header)
+               and ``/content/label-rot13.html`` (``<meta charset=rot13>``),
+               UTF-8 really, each linking ``/content/reached-<label>.html``;
+               ``/content/files.html`` links ``CONTENT_FILES``: a small PDF,
+               a PNG, a zip and an extensionless ``application/octet-stream``
 etag           every page gets ``ETag``/``Last-Modified``; ``If-None-Match`` /
                ``If-Modified-Since`` get a 304 (see ``Site.page_response``)
 =============  =================================================================
@@ -105,6 +110,32 @@ _CHARSET_NAMES = {"cp1252": "windows-1252", "shift_jis": "Shift_JIS"}
 DUPLICATE_EXACT = ("/dup/original.html", "/dup/copy-a.html", "/dup/copy-b.html")
 DUPLICATE_NEAR = ("/dup/near-a.html", "/dup/near-b.html")
 
+# Hostile charset labels: path -> (where the label is, the label).
+HOSTILE_LABELS: dict[str, tuple[str, str]] = {
+    "/content/label-base64.html": ("header", "base64"),
+    "/content/label-rot13.html": ("meta", "rot13"),
+}
+LABEL_SAMPLE = "Grüße — déjà vu"
+# Non-HTML files /content/files.html links: path -> (content type, body).
+_PNG = (
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01"
+    b"\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\rIDATx\x9cc\xf8\x0f"
+    b"\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82"
+)
+_PDF = (
+    b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n"
+    b"2 0 obj<</Type/Pages/Kids[]/Count 0>>endobj\n"
+    b"trailer<</Root 1 0 R>>\n%%EOF\n"
+)
+CONTENT_FILES: dict[str, tuple[str, bytes]] = {
+    "/content/report.pdf": ("application/pdf", _PDF),
+    "/content/picture.png": ("image/png", _PNG),
+    "/content/archive.zip": ("application/zip", b"PK\x05\x06" + b"\x00" * 18),
+    "/content/blob": ("application/octet-stream", bytes(range(256)) * 4),
+}
+# Of CONTENT_FILES, those LINK_SKIP_EXTENSIONS leaves alone by default.
+CONTENT_FETCHED = ("/content/report.pdf", "/content/blob")
+
 ENTRY_PATHS: dict[str, tuple[str, ...]] = {
     "calendar": (CALENDAR_START,),
     "redirects": ("/redirect/chain/1", "/redirect/loop/a"),
@@ -122,6 +153,7 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
     "huge": ("/huge.html",),
     "duplicates": DUPLICATE_EXACT + DUPLICATE_NEAR,
     "etag": (),
+    "content": (*HOSTILE_LABELS, "/content/files.html"),
     "failures": (
         "/fail/links.html",
         "/fail/long/1",
@@ -138,8 +170,12 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
         "/facets",
     ),
 }
-# Paths reached only through a feature's redirects.
+# Paths reached only through a feature's redirects or its own pages' links.
 FOLLOWED_PATHS: dict[str, tuple[str, ...]] = {
+    "content": (
+        *(f"/content/reached-{label}.html" for _, label in HOSTILE_LABELS.values()),
+        *CONTENT_FETCHED,
+    ),
     "redirects": (
         "/redirect/chain/2",
         "/redirect/chain/3",
@@ -271,6 +307,8 @@ class Hostile:
             return self.site.page_response(self.huge(), req)
         if "failures" in f and path.startswith("/fail/"):
             return self.failure(path, req)
+        if "content" in f and path.startswith("/content/"):
+            return self.content(path)
         if "traps" in f and path.startswith(
             ("/repeat/", "/session/", "/s/", "/facets")
         ):
@@ -278,6 +316,34 @@ class Hostile:
         if "duplicates" in f and path.startswith("/dup/"):
             page = self.duplicates().get(path)
             return None if page is None else self.site.page_response(page, req)
+        return None
+
+    # --- content ---------------------------------------------------------------
+    def content(self, path: str) -> Response | None:
+        if path in HOSTILE_LABELS:
+            where, label = HOSTILE_LABELS[path]
+            link = f'<p>{LABEL_SAMPLE}</p><a href="reached-{label}.html">next</a>'
+            if where == "header":
+                html = _html(f"Label {label}", link)
+                return Response(
+                    200,
+                    html.encode(),
+                    [("Content-Type", f"text/html; charset={label}")],
+                )
+            html = _html(f"Label {label}", link, charset=label)
+            return Response(200, html.encode(), [("Content-Type", "text/html")])
+        if path.startswith("/content/reached-"):
+            return Response(
+                200, _html("Reached", "").encode(), [("Content-Type", HTML)]
+            )
+        if path == "/content/files.html":
+            links = "".join(f'<p><a href="{p}">{p}</a></p>' for p in CONTENT_FILES)
+            return Response(
+                200, _html("Files", links).encode(), [("Content-Type", HTML)]
+            )
+        if path in CONTENT_FILES:
+            ctype, body = CONTENT_FILES[path]
+            return Response(200, body, [("Content-Type", ctype)])
         return None
 
     # --- failures ------------------------------------------------------------

@@ -57,6 +57,7 @@ FEATURES = frozenset(
         "huge",
         "duplicates",
         "etag",
+        "content",
         "failures",
         "traps",
     }

@@ -26,7 +26,7 @@ def page(meta: str | None, headers: dict[str, str] | None = None) -> HtmlRespons
     head = f'<meta name="robots" content="{meta}">' if meta is not None else ""
     body = (
         f"<html><head><title>t</title>{head}</head><body><main><p>{TEXT}</p>"
-        '<p><a href="/next.html">next</a> <a href="/file.pdf">pdf</a> '
+        '<p><a href="/next.html">next</a> <a href="/image.png">png</a> '
         '<a href="/next.html">again</a> <a href="/x" rel="nofollow">x</a> '
         '<a href="http://elsewhere.test/">out</a></p></main></body></html>'
     )

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import extensions.defaults
 import pipelines.defaults
-from extensions import addresses, config, politeness, traps
+from extensions import addresses, charsets, config, politeness, traps
 from extensions.connection import RedisUnavailable, check_redis, resolve_redis_url
 from extensions.embedded_redis import (
     StopIfNeverOpened,
@@ -146,6 +146,7 @@ class Webcrawl:
         settings["DOWNLOADER_MIDDLEWARES"].update(politeness.DOWNLOADER_MIDDLEWARES)
         settings["DOWNLOADER_MIDDLEWARES"].update(addresses.DOWNLOADER_MIDDLEWARES)
         settings["DOWNLOADER_MIDDLEWARES"].update(RETRY_MIDDLEWARES)
+        settings["DOWNLOADER_MIDDLEWARES"].update(charsets.DOWNLOADER_MIDDLEWARES)
         settings["SPIDER_MIDDLEWARES"].update(traps.SPIDER_MIDDLEWARES)
         if not settings.getbool("ROBOTS_ENABLED"):
             # Switched off explicitly: Scrapy's own obeys ROBOTSTXT_OBEY again.

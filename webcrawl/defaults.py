@@ -14,7 +14,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import scrapy.linkextractors
+
 from extensions.config import Range, Spec
+
+# Documents among Scrapy's IGNORED_EXTENSIONS that are fetched all the same
+# (stored as metadata records: content type, size, hash; no text or links).
+_fetched_documents = frozenset(
+    {"pdf", "doc", "docx", "odt", "ods", "odp", "xls", "xlsx", "ppt", "pptx"}
+)
 
 # --- Seeds and the web spider (webcrawl.spiders.web) -------------------------
 # Seconds between polls of the seed list while it is empty.
@@ -27,6 +35,12 @@ MAX_IDLE_TIME_BEFORE_CLOSE: Annotated[float, Range(0)] = 0
 WEB_ALLOWED_DOMAINS: list[str] = []
 # Restrict an empty WEB_ALLOWED_DOMAINS to the hosts of the seeds.
 WEB_SCOPE_SEED_HOSTS = False
+# Link extensions never requested (Scrapy's IGNORED_EXTENSIONS less documents such as pdf), each skip counted in links/skipped/<ext>.
+LINK_SKIP_EXTENSIONS: list[str] = [
+    ext
+    for ext in scrapy.linkextractors.IGNORED_EXTENSIONS
+    if ext not in _fetched_documents
+]
 # This worker's name, stored in the worker field of every page it fetches (empty: none).
 WEBCRAWL_WORKER_ID = ""
 

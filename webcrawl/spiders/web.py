@@ -2,7 +2,8 @@
 
 Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
 ``MAX_IDLE_TIME_BEFORE_CLOSE``, ``WEB_ALLOWED_DOMAINS``,
-``WEB_SCOPE_SEED_HOSTS``, ``WEBCRAWL_WORKER_ID`` (defaults in
+``WEB_SCOPE_SEED_HOSTS``, ``WEBCRAWL_WORKER_ID``, ``LINK_SKIP_EXTENSIONS``
+(defaults in
 :mod:`webcrawl.defaults`),
 ``REDIS_RETRY_MAX``, ``RECRAWL_ENABLED`` (:mod:`extensions.defaults`) and Scrapy's
 ``URLLENGTH_LIMIT`` (the longest seed URL accepted; 0 keeps the 2083 cap,
@@ -46,11 +47,9 @@ from urllib.parse import urlsplit
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import HtmlResponse, Response
-from scrapy.linkextractors import IGNORED_EXTENSIONS
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.gz import gunzip
 from scrapy.utils.sitemap import Sitemap
-from scrapy.utils.url import url_has_any_extension
 
 from extensions import config
 from extensions.config import SettingsError
@@ -77,9 +76,6 @@ logger = logging.getLogger(__name__)
 
 # Largest decompressed sitemap read (the sitemaps protocol's own limit).
 DOWNLOAD_MAXSIZE = 50 * 1024 * 1024
-# Links to files that are not pages (images, archives...) are not followed,
-# as by Scrapy's LinkExtractor.
-_SKIP_EXTENSIONS = frozenset(f".{ext}" for ext in IGNORED_EXTENSIONS)
 
 
 def _header_dict(response: Response) -> dict[str, list[str]]:
@@ -126,6 +122,7 @@ class WebSpider(Spider):
     max_idle: float
     worker: str | None
     recrawl: bool
+    skip_suffixes: tuple[str, ...]
 
     def __init__(
         self,
@@ -167,6 +164,9 @@ class WebSpider(Spider):
         spider.poll_retry_max = s.getfloat("REDIS_RETRY_MAX")
         spider.max_idle = s.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE")
         spider.worker = s.get("WEBCRAWL_WORKER_ID") or None
+        spider.skip_suffixes = tuple(
+            "." + ext.lower().lstrip(".") for ext in s.getlist("LINK_SKIP_EXTENSIONS")
+        )
         # Sitemap <changefreq> hints travel with requests only when revisits
         # are on (extensions.recrawl): otherwise they would cost queue bytes.
         spider.recrawl = s.getbool("RECRAWL_ENABLED")
@@ -350,17 +350,27 @@ class WebSpider(Spider):
             seen: set[str] = set()
             for link in page.follow_links():
                 url = link.url
-                if (
-                    url in seen
-                    or url_has_any_extension(url, _SKIP_EXTENSIONS)
-                    or not self._in_scope(url)
-                ):
+                if url in seen or not self._in_scope(url):
                     continue
                 seen.add(url)
+                skipped = self._skipped_extension(url)
+                if skipped is not None:
+                    assert self.crawler.stats is not None
+                    self.crawler.stats.inc_value(f"links/skipped/{skipped}")
+                    continue
                 # DepthMiddleware sets meta["depth"]; RefererMiddleware the
                 # Referer header.
                 yield Request(url, errback=self.on_error)
         yield item
+
+    def _skipped_extension(self, url: str) -> str | None:
+        """The ``LINK_SKIP_EXTENSIONS`` entry ``url``'s path ends with, if any
+        (images, media, archives...: never requested, as by Scrapy's
+        LinkExtractor, but counted)."""
+        path = urlsplit(url).path.lower()
+        if not path.endswith(self.skip_suffixes):  # one C call for the usual miss
+            return None
+        return max((s for s in self.skip_suffixes if path.endswith(s)), key=len)[1:]
 
     def _in_scope(self, url: str) -> bool:
         if not self.allowed_domains:
