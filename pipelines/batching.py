@@ -166,7 +166,7 @@ def prepare_page(
             description=ex.description or None,
             canonical=ex.canonical,
             language=ex.language,
-            links_count=len(ex.links),
+            links_count=max(ex.links_total, len(ex.links)),
             noindex=ex.noindex,
             nofollow=ex.nofollow,
             text_length=len(ex.text),

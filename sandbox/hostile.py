@@ -46,6 +46,8 @@ content        ``/content/label-base64.html`` (``charset=base64`` in the header)
                UTF-8 really, each linking ``/content/reached-<label>.html``;
                ``/content/files.html`` links ``CONTENT_FILES``: a small PDF,
                a PNG, a zip and an extensionless ``application/octet-stream``
+manylinks      ``/many/links.html``: ``MANY_LINKS`` (100,000) links to
+               ``/many/<N>.html`` (404), ~4 MB of HTML
 etag           every page gets ``ETag``/``Last-Modified``; ``If-None-Match`` /
                ``If-Modified-Since`` get a 304 (see ``Site.page_response``)
 =============  =================================================================
@@ -110,6 +112,7 @@ _CHARSET_NAMES = {"cp1252": "windows-1252", "shift_jis": "Shift_JIS"}
 DUPLICATE_EXACT = ("/dup/original.html", "/dup/copy-a.html", "/dup/copy-b.html")
 DUPLICATE_NEAR = ("/dup/near-a.html", "/dup/near-b.html")
 
+MANY_LINKS = 100_000
 # Hostile charset labels: path -> (where the label is, the label).
 HOSTILE_LABELS: dict[str, tuple[str, str]] = {
     "/content/label-base64.html": ("header", "base64"),
@@ -154,6 +157,7 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
     "duplicates": DUPLICATE_EXACT + DUPLICATE_NEAR,
     "etag": (),
     "content": (*HOSTILE_LABELS, "/content/files.html"),
+    "manylinks": ("/many/links.html",),
     "failures": (
         "/fail/links.html",
         "/fail/long/1",
@@ -284,6 +288,7 @@ class Hostile:
         self.retry_later_served = False
         self._bombs: dict[str, asyncio.Future[bytes]] = {}
         self._huge: Page | None = None
+        self._many: bytes | None = None
         self._dups: dict[str, Page] | None = None
 
     def handle(self, req: Request) -> Response | Awaitable[Response] | None:
@@ -309,6 +314,8 @@ class Hostile:
             return self.failure(path, req)
         if "content" in f and path.startswith("/content/"):
             return self.content(path)
+        if "manylinks" in f and path == "/many/links.html":
+            return self.many_links()
         if "traps" in f and path.startswith(
             ("/repeat/", "/session/", "/s/", "/facets")
         ):
@@ -345,6 +352,14 @@ class Hostile:
             ctype, body = CONTENT_FILES[path]
             return Response(200, body, [("Content-Type", ctype)])
         return None
+
+    def many_links(self) -> Response:
+        if self._many is None:
+            links = "".join(
+                f'<a href="/many/{n}.html">page {n}</a>\n' for n in range(MANY_LINKS)
+            )
+            self._many = _html("Many links", f"<p>{links}</p>").encode()
+        return Response(200, self._many, [("Content-Type", HTML)])
 
     # --- failures ------------------------------------------------------------
     def failure(self, path: str, req: Request) -> Response | None:

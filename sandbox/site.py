@@ -58,6 +58,7 @@ FEATURES = frozenset(
         "duplicates",
         "etag",
         "content",
+        "manylinks",
         "failures",
         "traps",
     }

@@ -5,7 +5,8 @@ Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
 ``WEB_SCOPE_SEED_HOSTS``, ``WEBCRAWL_WORKER_ID``, ``LINK_SKIP_EXTENSIONS``
 (defaults in
 :mod:`webcrawl.defaults`),
-``REDIS_RETRY_MAX``, ``RECRAWL_ENABLED`` (:mod:`extensions.defaults`) and Scrapy's
+``REDIS_RETRY_MAX``, ``RECRAWL_ENABLED``, ``MAX_OUTLINKS_PER_PAGE``
+(:mod:`extensions.defaults`) and Scrapy's
 ``URLLENGTH_LIMIT`` (the longest seed URL accepted; 0 keeps the 2083 cap,
 since a seed is always bounded).
 
@@ -74,6 +75,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# Anchors of one page examined per outlink MAX_OUTLINKS_PER_PAGE allows: room
+# for its off-scope, nofollow and skipped links, while a page with 100,000
+# links costs the reactor a bounded parse (it held it for seconds).
+ANCHORS_PER_OUTLINK = 2
 # Largest decompressed sitemap read (the sitemaps protocol's own limit).
 DOWNLOAD_MAXSIZE = 50 * 1024 * 1024
 
@@ -123,6 +128,7 @@ class WebSpider(Spider):
     worker: str | None
     recrawl: bool
     skip_suffixes: tuple[str, ...]
+    max_anchors: int | None
 
     def __init__(
         self,
@@ -164,6 +170,8 @@ class WebSpider(Spider):
         spider.poll_retry_max = s.getfloat("REDIS_RETRY_MAX")
         spider.max_idle = s.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE")
         spider.worker = s.get("WEBCRAWL_WORKER_ID") or None
+        max_outlinks = s.getint("MAX_OUTLINKS_PER_PAGE")
+        spider.max_anchors = max_outlinks * ANCHORS_PER_OUTLINK or None
         spider.skip_suffixes = tuple(
             "." + ext.lower().lstrip(".") for ext in s.getlist("LINK_SKIP_EXTENSIONS")
         )
@@ -345,8 +353,15 @@ class WebSpider(Spider):
             # One parse serves the links here and the pipeline's text and
             # fingerprints (the item carries it), and one rule decides
             # noindex/nofollow for both (pipelines.processing.robots_directives).
-            page = extract(item.body, response.url, item.headers, item.encoding)
+            page = extract(
+                item.body, response.url, item.headers, item.encoding, self.max_anchors
+            )
             item.extracted = page
+            if len(page.links) < page.links_total:
+                assert self.crawler.stats is not None
+                self.crawler.stats.inc_value(
+                    "links/unexamined", page.links_total - len(page.links)
+                )
             seen: set[str] = set()
             for link in page.follow_links():
                 url = link.url
