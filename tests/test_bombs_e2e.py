@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.slow
 
-# A worker idles at ~100-150 MB; DOWNLOAD_MAXSIZE (50 MiB) bounds a body and
-# its decompressed copy. A bomb inflated in full would be 2 GiB.
+# A worker peaks at ~170 MB here; DOWNLOAD_MAXSIZE (16 MiB, webcrawl.settings)
+# bounds a decompressed body. A bomb inflated in full would be 2 GiB.
 PEAK_RSS_LIMIT = 400 * 1024**2
 
 
