@@ -166,7 +166,7 @@ def prepare_page(
             description=ex.description or None,
             canonical=ex.canonical,
             language=ex.language,
-            links_count=max(ex.links_total, len(ex.links)),
+            links_count=len(ex.links) + ex.links_unexamined,
             noindex=ex.noindex,
             nofollow=ex.nofollow,
             text_length=len(ex.text),

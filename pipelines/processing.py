@@ -93,8 +93,8 @@ class Extracted:
     language: str | None = None
     text: str = ""
     links: list[Link] = field(default_factory=list)
-    # Every <a href>/<area href> of the page, also those past ``max_links``.
-    links_total: int = 0
+    # Anchors past extract()'s ``max_links``, never turned into links.
+    links_unexamined: int = 0
     noindex: bool = False
     nofollow: bool = False
 
@@ -350,7 +350,7 @@ def extract(
     with one parse.
 
     ``max_links`` stops link extraction after that many anchors (in document
-    order; ``links_total`` still counts them all): turning a link into an
+    order; ``links_unexamined`` counts the rest): turning a link into an
     absolute URL is the costly part of a page with 100,000 links.
 
     Malformed HTML yields what can be extracted; bytes never raise.
@@ -410,9 +410,10 @@ def extract(
     # .values(): iterating a resiliparse DOMCollection item by item costs
     # O(n) per item (6 s for 1,300 links); values() builds the list in C.
     anchors = doc.query_selector_all(_ANCHORS)
-    out.links_total = len(anchors)  # no Python object per anchor: cheap
-    if max_links is not None and out.links_total > max_links:
+    total = len(anchors)  # no Python object per anchor: cheap
+    if max_links is not None and total > max_links:
         first = _first_anchors(doc, max_links)
+        out.links_unexamined = total - max_links
     else:
         first = anchors.values()
     for a in first:

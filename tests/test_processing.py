@@ -149,3 +149,20 @@ def test_link_fast_path_equals_the_general_path(base: str, href: str) -> None:
     # extract() joins plain links by concatenation (no urljoin, no w3lib):
     # the URL must be the one the general path gives.
     assert _absolute(base, href, _base_dir(base)) == _absolute_slow(base, href)
+
+
+@pytest.mark.parametrize("max_links", [0, 2, 5, 6, None])
+def test_extract_stops_after_max_links_anchors(max_links: int | None) -> None:
+    body = (
+        b'<p><a href="/1">1</a><b><a>no href</a><area href="/2"></b></p>'
+        b'<div><a href="javascript:x">js</a><p><a href="/3">3</a></p></div>'
+        b'<a href="/4">4</a><a href="/5" rel="nofollow">5</a>'
+    )
+    every = extract(body, "http://a.test/")
+    page = extract(body, "http://a.test/", max_links=max_links)
+    examined = 6 if max_links is None else min(max_links, 6)
+    # The first anchors in document order; the javascript: one yields no link.
+    assert page.links == every.links[: len(page.links)]
+    assert len(page.links) == examined - (examined >= 4)
+    assert page.links_unexamined == 6 - examined
+    assert every.links_unexamined == 0 and len(every.links) == 5

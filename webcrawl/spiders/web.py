@@ -357,11 +357,9 @@ class WebSpider(Spider):
                 item.body, response.url, item.headers, item.encoding, self.max_anchors
             )
             item.extracted = page
-            if len(page.links) < page.links_total:
+            if page.links_unexamined:
                 assert self.crawler.stats is not None
-                self.crawler.stats.inc_value(
-                    "links/unexamined", page.links_total - len(page.links)
-                )
+                self.crawler.stats.inc_value("links/unexamined", page.links_unexamined)
             seen: set[str] = set()
             for link in page.follow_links():
                 url = link.url
