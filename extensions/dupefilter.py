@@ -22,7 +22,7 @@ from scrapy.utils.request import referer_str
 
 from extensions import config, defaults
 from extensions.bloom import AsyncBloomFilter, BloomConfig, BloomFilter
-from extensions.connection import async_client, sync_client
+from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client, sync_client
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -231,7 +231,7 @@ class BloomDupeFilter(BaseDupeFilter):
             await asyncio.sleep(self.stats_interval)
             try:
                 await self.refresh_stats()
-            except Exception:
+            except TRANSIENT_REDIS_ERRORS:
                 if not self._refresh_failed_logged:
                     self._refresh_failed_logged = True
                     logger.warning(

@@ -21,7 +21,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.resolver import dnscache
 
 from extensions import config, defaults, keys, meta
-from extensions.connection import async_client, retry_redis
+from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client, retry_redis
 from extensions.hosts import (
     KEY_MODES,
     LUA_RECORD,
@@ -334,7 +334,8 @@ class PolitenessMiddleware:
         held["released"] = True
         try:
             await self.lock.extend(held["id"], held["token"], held["spacing_ms"])
-        except Exception as exc:  # Redis down: the lock expires after the hold
+        except TRANSIENT_REDIS_ERRORS as exc:
+            # Redis down: the lock simply expires after its full hold.
             logger.debug("Could not shorten the lock of %s: %s", held["id"], exc)
 
     # -- the local download slot --------------------------------------------

@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -477,7 +478,9 @@ def gunzip_if_needed(response: Response) -> bytes:
     if response.body[:2] == b"\x1f\x8b":
         try:
             return gunzip(response.body, max_size=DOWNLOAD_MAXSIZE)
-        except Exception:
+        except (OSError, EOFError, ValueError, zlib.error):
+            # A truncated or corrupt archive, or one past DOWNLOAD_MAXSIZE
+            # (Scrapy raises a ValueError subclass): no sitemap in it.
             return b""
     return response.body
 
