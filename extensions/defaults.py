@@ -29,6 +29,8 @@ WEBCRAWL_HOME = ".webcrawl"
 REDIS_RETRY_INITIAL: Annotated[float, Range(above=0)] = 0.5
 # Cap of the wait between tries while Redis is unreachable.
 REDIS_RETRY_MAX: Annotated[float, Range(above=0)] = 30.0
+# REDIS_URL names a node of a Redis Cluster (False: detected at start-up from INFO cluster).
+REDIS_CLUSTER = False
 
 # --- Frontier (extensions.scheduler, extensions.frontier) ----------------------
 # Requests leased per round trip to Redis.

@@ -197,7 +197,7 @@ async def fleet_view(
     keys = StatsKeys(prefix)
     frontier = frontier or Frontier(client, prefix)
     beats = await frontier.workers()
-    now = await server_now_ms(client)
+    now = await server_now_ms(client, frontier.keys.workers)
     minute = now // 60000
     minutes = list(range(minute - BUCKETS + 1, minute + 1))
     live = sorted(w for w, beat in beats.items() if now - beat < alive_ms)
@@ -364,7 +364,10 @@ class FleetStats:
         # in the neighbouring bucket by the round trip's few milliseconds.
         assert self._client is not None
         if self._clock is None:
-            self._clock = (await server_now_ms(self._client), now)
+            self._clock = (
+                await server_now_ms(self._client, self._keys.fleet),
+                now,
+            )
         redis_ms, at = self._clock
         minute = int(redis_ms + (now - at) * 1000) // 60000
         keys = [

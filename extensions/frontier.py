@@ -598,7 +598,9 @@ class Frontier:
         queued again; this worker's later acknowledgement of it is a no-op)."""
         if not lease_ids:
             return 0
-        deadline = await server_now_ms(self.client) + self.worker.lease_ms
+        deadline = (
+            await server_now_ms(self.client, self.keys.leases) + self.worker.lease_ms
+        )
         changed = await self.client.zadd(
             self.keys.leases, dict.fromkeys(lease_ids, deadline), xx=True, ch=True
         )
@@ -608,7 +610,7 @@ class Frontier:
         """Record this worker's heartbeat (Redis clock) in the registry. A
         worker beats before it writes ahead, or its batches would never be
         recovered."""
-        now = await server_now_ms(self.client)
+        now = await server_now_ms(self.client, self.keys.workers)
         await self.client.zadd(self.keys.workers, {self.worker.id: now})
 
     async def retire(self) -> None:
@@ -637,7 +639,7 @@ class Frontier:
         """(hosts and retries due now, leases outstanding). A parked host,
         or a retry due later, is not due work: a finite crawl may close
         while they wait (they stay in Redis for the next run)."""
-        now = await server_now_ms(self.client)
+        now = await server_now_ms(self.client, self.keys.workers)
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.zcount(self.keys.ready, "-inf", now)
             pipe.zcount(self.keys.delayed, "-inf", now)
@@ -704,15 +706,15 @@ class Frontier:
         hosts a call: O(hosts), for monitoring only, never the hot path.
         """
         k = self.keys
+        # TIME on its own: a cluster pipeline refuses keyless commands.
+        now = await server_now_ms(self.client, k.leases)
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.time()
             pipe.zrange(k.ready, 0, -1, withscores=True)
             pipe.zcard(k.leases)
             pipe.zrange(k.leases, 0, 0, withscores=True)
             pipe.exists(k.paused)
             pipe.llen(k.poison)
-            (sec, usec), hosts, leased, first, paused, poison = await pipe.execute()
-        now = int(sec) * 1000 + int(usec) // 1000
+            hosts, leased, first, paused, poison = await pipe.execute()
         view = FrontierOverview(
             now_ms=now, leased=int(leased), paused=bool(paused), poisoned=int(poison)
         )

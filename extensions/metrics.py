@@ -39,14 +39,12 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
 from extensions import config, defaults
-from extensions.connection import async_client
+from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.frontier import Frontier
 
 if TYPE_CHECKING:
@@ -343,9 +341,10 @@ class PrometheusMetrics:
         while True:
             try:
                 await self.refresh_frontier(frontier)
-            except (RedisConnectionError, RedisTimeoutError) as e:
-                # Redis down: the scheduler logs the outage and waits; the
-                # gauges keep their last values until it is back.
+            except TRANSIENT_REDIS_ERRORS as e:
+                # Redis down (or a cluster failing over): the scheduler logs
+                # the outage and waits; the gauges keep their last values
+                # until it is back.
                 if not self._redis_failed:
                     self._redis_failed = True
                     logger.warning("Metrics: frontier gauges not refreshed: %s", e)

@@ -330,7 +330,7 @@ class SharedRobotsTxtMiddleware:
         raw = await self.client.hgetall(keys.robots(self.prefix, hostkey))
         if not raw or b"status" not in raw:
             return None
-        now_ms = await server_now_ms(self.client)
+        now_ms = await server_now_ms(self.client, keys.robots(self.prefix, hostkey))
         expires_ms = int(raw.get(b"expires", b"0"))
         body = raw.get(b"body", b"")
         body = body.encode() if isinstance(body, str) else bytes(body)

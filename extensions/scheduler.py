@@ -765,7 +765,7 @@ class RedisScheduler(BaseScheduler):
         self.stats.set_value("frontier/waiting_urls", waiting.urls)
         self.stats.set_value("frontier/waiting_hosts", waiting.hosts)
         if waiting.urls:
-            now = await server_now_ms(self.client)
+            now = await server_now_ms(self.client, self.frontier.keys.ready)
             due_in = max(0.0, (waiting.next_due_ms - now) / 1000)
             self.stats.set_value("frontier/next_due_in_s", round(due_in, 1))
             logger.info(

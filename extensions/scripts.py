@@ -9,7 +9,16 @@ domain exception.
 Times in records and leases are epoch milliseconds of the Redis server clock
 (``TIME``), never of a worker's clock, so the whole fleet shares one clock:
 Lua scripts include :data:`LUA_NOW_MS` and call ``now_ms()``; Python reads the
-same clock with :func:`server_now_ms`.
+same clock with :func:`server_now_ms`. On a Redis Cluster each master has its
+own clock: a time is compared only with times of its own slot (its script
+reads it there, and :func:`server_now_ms` reads the clock of a key's master).
+
+Scripts on a cluster: redis-py runs a registered script by ``EVALSHA``
+routed to the master of its first key; every other key it touches shares
+that key's hash tag. A master that never saw the script (a replica promoted
+after a failover, a restarted node) answers ``NOSCRIPT``; redis-py's
+``AsyncScript`` then sends ``SCRIPT LOAD`` (to every master, on a cluster)
+and the ``EVALSHA`` again, so a script survives a failover.
 
 Settings read: none.
 """
@@ -18,6 +27,8 @@ from __future__ import annotations
 
 import weakref
 from typing import TYPE_CHECKING
+
+from redis.asyncio.cluster import RedisCluster
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -48,7 +59,14 @@ def script(client: aredis.Redis, source: str) -> AsyncScript:
     return found
 
 
-async def server_now_ms(client: aredis.Redis) -> int:
-    """The Redis server clock in epoch ms (the clock of every stored time)."""
-    sec, usec = await client.time()
+async def server_now_ms(client: aredis.Redis, near: str | None = None) -> int:
+    """The Redis server clock in epoch ms (the clock of every stored time);
+    on a cluster, the clock of the master that holds key ``near`` (the one
+    whose scripts stamped the times it is compared with)."""
+    if near is not None and isinstance(client, RedisCluster):
+        await client.initialize()  # the slot map (a no-op once read)
+        node = client.get_node_from_key(near)
+        sec, usec = await client.time(target_nodes=node)
+    else:
+        sec, usec = await client.time()
     return int(sec) * 1000 + int(usec) // 1000

@@ -20,12 +20,17 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-import redis.asyncio as aredis
 from scrapy.commands import ScrapyCommand
 
 from extensions import config
 from extensions.bloom import AsyncBloomFilter, BloomConfig
-from extensions.connection import TRANSIENT_REDIS_ERRORS, resolve_redis_url
+from extensions.connection import (
+    TRANSIENT_REDIS_ERRORS,
+    cluster_mode,
+    info_per_master,
+    new_async_client,
+    resolve_redis_url,
+)
 from extensions.dlq import DeadLetters
 from extensions.embedded_redis import embedded_unless_configured
 from extensions.fleetstats import fleet_view
@@ -46,6 +51,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Coroutine, Iterable
 
+    import redis.asyncio as aredis
     from scrapy.settings import BaseSettings, Settings
 
 _T = TypeVar("_T")
@@ -91,7 +97,11 @@ class OperatorCommand(ScrapyCommand):
 
 
 def client_for(settings: BaseSettings) -> aredis.Redis:
-    return aredis.Redis.from_url(resolve_redis_url(settings), socket_timeout=30)
+    """An asyncio client for a command or the status page's threads (a
+    cluster client on a cluster: :func:`cluster_mode` may probe, blocking,
+    which is fine outside a crawl's reactor)."""
+    cluster_mode(settings)
+    return new_async_client(settings)
 
 
 # -- status --------------------------------------------------------------------
@@ -111,8 +121,8 @@ async def gather_status(
             pipe.llen(start_urls(crawl))
             pipe.llen(invalid_start_urls(crawl))
             pipe.exists(bloom_meta(crawl))
-            pipe.info("memory")
-            seeds, invalid, has_bloom, memory = await pipe.execute()
+            seeds, invalid, has_bloom = await pipe.execute()
+        memory = await info_per_master(client, "memory")
         bloom = await _bloom(client, settings, crawl) if has_bloom else None
         # The dead-letter queue itself (not the workers' dlq/<reason> stats,
         # which forget what a requeue or purge took out).
@@ -150,12 +160,27 @@ async def gather_status(
         "totals": fleet.totals,
         "top_hosts": [{"host": h, "queued": n} for h, n in fv.top_hosts],
         "bloom": bloom,
-        "redis": {
-            "used_memory": int(memory.get("used_memory", 0)),
-            "used_memory_human": str(memory.get("used_memory_human", "")),
-            "maxmemory": int(memory.get("maxmemory", 0)),
-        },
+        "redis": _memory(memory),
         **store,
+    }
+
+
+def _memory(per_master: list[dict[str, Any]]) -> dict[str, Any]:
+    """Redis memory summed over the masters (one on a plain Redis).
+
+    >>> _memory([{"used_memory": 2097152, "maxmemory": 0}] * 3)
+    {'used_memory': 6291456, 'used_memory_human': '6.00M', 'maxmemory': 0, 'masters': 3}
+    """
+    used = sum(int(m.get("used_memory", 0)) for m in per_master)
+    return {
+        "used_memory": used,
+        "used_memory_human": (
+            str(per_master[0].get("used_memory_human", ""))
+            if len(per_master) == 1
+            else f"{used / 2**20:.2f}M"
+        ),
+        "maxmemory": sum(int(m.get("maxmemory", 0)) for m in per_master),
+        "masters": len(per_master),
     }
 
 
