@@ -26,11 +26,14 @@ Settings read: none.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import redis.asyncio as aredis
     from redis.commands.core import AsyncScript
 
@@ -70,3 +73,34 @@ async def server_now_ms(client: aredis.Redis, near: str | None = None) -> int:
     else:
         sec, usec = await client.time()
     return int(sec) * 1000 + int(usec) // 1000
+
+
+async def run_pipelined(
+    client: aredis.Redis,
+    calls: Sequence[tuple[AsyncScript, Sequence[Any], Sequence[Any]]],
+) -> list[Any]:
+    """Run each (script, keys, args) in one pipelined round trip (one per
+    master on a cluster); the results in order.
+
+    redis-py's cluster pipeline refuses a script object's ``evalsha``, so
+    there the calls go as raw ``EVALSHA`` (routed by the first key); a call
+    a master answers ``NOSCRIPT`` (it never saw the script: a promoted
+    replica) did not run, and runs again alone through the script object,
+    which loads it. The other calls ran once: nothing runs twice.
+    """
+    if not isinstance(client, RedisCluster):
+        async with client.pipeline(transaction=False) as pipe:
+            for run, keys, args in calls:
+                await run(keys=keys, args=args, client=pipe)
+            return list(await pipe.execute())
+    async with client.pipeline(transaction=False) as pipe:
+        for run, keys, args in calls:
+            pipe.execute_command("EVALSHA", run.sha, len(keys), *keys, *args)
+        results = list(await pipe.execute(raise_on_error=False))
+    for i, result in enumerate(results):
+        if isinstance(result, NoScriptError):
+            run, keys, args = calls[i]
+            results[i] = await run(keys=keys, args=args)
+        elif isinstance(result, Exception):
+            raise result
+    return results

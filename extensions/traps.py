@@ -29,6 +29,7 @@ from twisted.python.failure import Failure
 from extensions import config, defaults, keys
 from extensions.connection import async_client, retry_redis
 from extensions.hosts import host_key, script
+from extensions.scripts import run_pipelined
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -305,26 +306,28 @@ class TrapFilter:
     async def _admit(self, batch: list[Request]) -> list[Any]:
         """One pipelined round trip: the budget script's verdict per request."""
         admit = script(self.client, ADMIT_SCRIPT)
-        async with self.client.pipeline(transaction=False) as pipe:
-            for request in batch:
-                host = host_key(request.url)
-                parts = urlsplit(request.url)
-                template = path_template(parts.path)
-                path = template or parts.path
-                variant = (
-                    parts.path + ("?" + parts.query if parts.query else "")
-                    if template
-                    else parts.query
-                )
-                await admit(
-                    keys=[
+        calls = []
+        for request in batch:
+            host = host_key(request.url)
+            parts = urlsplit(request.url)
+            template = path_template(parts.path)
+            path = template or parts.path
+            variant = (
+                parts.path + ("?" + parts.query if parts.query else "")
+                if template
+                else parts.query
+            )
+            calls.append(
+                (
+                    admit,
+                    [
                         keys.trap_pages(self.prefix, host),
                         keys.trap_variants(self.prefix, host, path),
                     ],
-                    args=[request.url, self.host_max_pages, variant, self.max_variants],
-                    client=pipe,
+                    [request.url, self.host_max_pages, variant, self.max_variants],
                 )
-            return list(await pipe.execute())
+            )
+        return await run_pipelined(self.client, calls)
 
 
 SPIDER_MIDDLEWARES: dict[str, int | None] = {

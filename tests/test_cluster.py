@@ -16,6 +16,7 @@ import pytest
 import redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
+from scrapy import Request
 from scrapy.settings import Settings
 
 import extensions.defaults
@@ -26,6 +27,7 @@ from extensions.frontier import Frontier, QueuedRequest, Worker
 from extensions.keys import FrontierKeys, start_urls
 from sandbox.site import SiteSpec
 from tests.test_crawl_e2e import assert_complete
+from tests.test_traps import run_output, trap_filter
 from webcrawl import operate
 
 if TYPE_CHECKING:
@@ -223,3 +225,21 @@ def test_crawl_completes_after_a_master_is_sigkilled(tmp_path: Path) -> None:
     assert killed and killed[0][0] not in promoted and len(promoted) == 3
     assert report.exit_codes == [0, 0]
     assert_complete(report, tmp_path)
+
+
+def test_trap_budgets_on_a_cluster_survive_a_lost_script(
+    cluster: LocalCluster,
+) -> None:
+    """The trap filter's budget scripts run pipelined, one per host, over
+    several masters; a master without the script (SCRIPT FLUSH stands for a
+    promoted replica) runs it after loading it, and no call runs twice."""
+    settings = {"REDIS_URL": cluster.url, "REDIS_CLUSTER": True, "HOST_MAX_PAGES": 3}
+    urls = [f"http://h{h}.test/{n}" for h in range(6) for n in range(5)]
+    first = run_output(trap_filter(**settings), [Request(u) for u in urls[:10]])
+    flush = redis.Redis(port=cluster.master_ports()[0])
+    flush.script_flush()
+    flush.close()
+    rest = run_output(trap_filter(**settings), [Request(u) for u in urls[10:]])
+    admitted = [r.url for r in [*first, *rest]]
+    # Three per host, the first three of each.
+    assert admitted == [u for u in urls if int(u.rsplit("/", 1)[1]) < 3]
