@@ -16,9 +16,10 @@ reads it there, and :func:`server_now_ms` reads the clock of a key's master).
 Scripts on a cluster: redis-py runs a registered script by ``EVALSHA``
 routed to the master of its first key; every other key it touches shares
 that key's hash tag. A master that never saw the script (a replica promoted
-after a failover, a restarted node) answers ``NOSCRIPT``; redis-py's
-``AsyncScript`` then sends ``SCRIPT LOAD`` (to every master, on a cluster)
-and the ``EVALSHA`` again, so a script survives a failover.
+after a failover, a restarted node) answers ``NOSCRIPT``; the script is then
+loaded on that master (:class:`_ClusterScript`; on a plain Redis, redis-py's
+``AsyncScript`` does the same) and run again, so a script survives a
+failover.
 
 Settings read: none.
 """
@@ -26,16 +27,16 @@ Settings read: none.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis.asyncio.cluster import RedisCluster
+from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     import redis.asyncio as aredis
-    from redis.commands.core import AsyncScript
 
 # The Redis server clock in epoch ms. ``replicate_commands`` lets a script
 # write after reading the non-deterministic ``TIME`` on Redis < 5 (a no-op
@@ -53,12 +54,51 @@ _REGISTERED: weakref.WeakKeyDictionary[aredis.Redis, dict[str, AsyncScript]] = (
 )
 
 
+class _ClusterScript(AsyncScript):
+    """A script on a cluster client that, on ``NOSCRIPT``, loads itself on
+    the master of its first key only.
+
+    redis-py's own ``AsyncScript`` sends ``SCRIPT LOAD`` to every master it
+    knows; just after a failover that list still holds the dead master, and
+    the load fails (seen: a ``ConnectionError``, and redis-py 8.1's
+    ``AttributeError`` on a connection closed under it), so the page whose
+    duplicate check ran the script was lost. The master that answered
+    ``NOSCRIPT`` is alive: load it there.
+    """
+
+    async def __call__(
+        self,
+        keys: Sequence[Any] | None = None,
+        args: Iterable[Any] | None = None,
+        client: Any = None,
+    ) -> Any:
+        cluster = cast(
+            "RedisCluster", client if client is not None else self.registered_client
+        )
+        keys, args = list(keys or []), list(args or [])
+        for _attempt in range(2):
+            try:
+                return await cluster.evalsha(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                # The slot may move between the load and the call: once more.
+                node = cluster.get_node_from_key(keys[0]) if keys else None
+                await cluster.execute_command(
+                    "SCRIPT LOAD", self.script, target_nodes=node
+                )
+        return await cluster.evalsha(self.sha, len(keys), *keys, *args)
+
+
 def script(client: aredis.Redis, source: str) -> AsyncScript:
-    """``client.register_script(source)``, registered once per client."""
+    """``client.register_script(source)``, registered once per client (on a
+    cluster client, a script that reloads itself on one master)."""
     registered = _REGISTERED.setdefault(client, {})
     found = registered.get(source)
     if found is None:
-        found = registered[source] = client.register_script(source)
+        found = registered[source] = (
+            _ClusterScript(client, source)
+            if isinstance(client, RedisCluster)
+            else client.register_script(source)
+        )
     return found
 
 

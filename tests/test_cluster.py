@@ -175,7 +175,7 @@ def test_two_workers_crawl_on_a_three_master_cluster(
 
 def frontier_master(cluster: LocalCluster) -> int:
     """The port of the master that holds the frontier's (first) slot."""
-    client = RedisCluster(port=cluster.alive()[0])
+    client = RedisCluster(host="127.0.0.1", port=cluster.alive()[0])
     try:
         return int(client.get_node_from_key(FrontierKeys("web").ready).port)
     finally:
