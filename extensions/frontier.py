@@ -891,6 +891,10 @@ class PartitionedFrontier:
             res = (sum(a for a, _ in firsts), sum(b for _, b in seconds))
         if wal:
             self._logged.pop(wal[1], None)
+        for p in queued:
+            # Work arrived there: ask that partition again at the next lease.
+            self._skip_until[p] = 0.0
+            self._due_at[p] = 0.0
         return res
 
     async def log_ahead(
@@ -956,7 +960,13 @@ class PartitionedFrontier:
                 if batch.wait_ms >= 0 and not batch.paused:
                     recheck = min(wait, PARTITION_RECHECK)
                 self._skip_until[p] = now + recheck
-        due = [max(0.0, t - now) for t in self._due_at if t is not None]
+        # A partition is next asked at the later of its due time and the end
+        # of its skip: no earlier wake-up, or a worker would spin on it.
+        due = [
+            max(0.0, t - now, self._skip_until[p] - now)
+            for p, t in enumerate(self._due_at)
+            if t is not None
+        ]
         return LeaseBatch(
             leases,
             reclaimed,

@@ -587,7 +587,6 @@ class RedisScheduler(BaseScheduler):
             added, acked = await self.frontier.commit(p.queued, p.acks, wal)
             self._pending = None
             if p.queued:
-                self.frontier.work_arrived(q.host for q in p.queued)
                 self.stats.inc_value("scheduler/enqueued/redis", len(p.queued))
                 self.stats.inc_value("scheduler/enqueued", len(p.queued))
                 # Work appeared: look for it now rather than at the next poll.
