@@ -29,7 +29,7 @@ from extensions.politeness import HostLock, PolitenessMiddleware
 from extensions.serialization import request_from_bytes, request_to_bytes
 from tests.utils import get_crawler
 from webcrawl.addon import install_defaults
-from webcrawl.operate import gather_status, set_paused
+from webcrawl.operate import gather_status, reset, set_paused
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -310,6 +310,12 @@ def test_pause_status_and_dlq_see_every_partition(
             k = FrontierKeys("web", host_partition(h, P))
             members = await client.zrange(k.queue(h), 0, -1)
             assert h.removesuffix(":80") + "/gone" in {url_of(m) for m in members}
+        # reset counts and deletes every partition's keys.
+        kinds = await reset(settings, delete=True)
+        assert kinds["frontier q"] == 8  # the requeued; the rest are leased
+        assert kinds["frontier ready"] == len({host_partition(h, P) for h in HOSTS[:8]})
+        assert kinds["frontier leases"] == P
+        assert await reset(settings, delete=False) == {}
 
     run(redis_url, body)
 
