@@ -2,8 +2,9 @@
 
 Settings read: ``BACKOFF_ENABLED``, ``BACKOFF_HTTP_CODES``, ``BACKOFF_INITIAL``,
 ``BACKOFF_MAX``, ``BACKOFF_JITTER``, ``BACKOFF_QUIET_PERIOD``,
-``BREAKER_THRESHOLD``, ``BREAKER_COOLDOWN``, ``BREAKER_MAX_COOLDOWN``, and
-through :mod:`extensions.connection` ``REDIS_URL``.
+``BREAKER_THRESHOLD``, ``BREAKER_COOLDOWN``, ``BREAKER_MAX_COOLDOWN``,
+``FRONTIER_PARTITIONS`` (where a host's record lives), and through
+:mod:`extensions.connection` ``REDIS_URL``.
 
 The curve is StormCrawler's: the first 429/503 of a host sets its back-off to
 60 s, each further one within the back-off window doubles it (with ±10%
@@ -139,7 +140,11 @@ class BackoffMiddleware:
         if self._records is None:
             spider = self.crawler.spider
             prefix = spider.name if spider is not None else "web"
-            self._records = HostRecords(async_client(self.crawler), prefix)
+            self._records = HostRecords(
+                async_client(self.crawler),
+                prefix,
+                self.crawler.settings.getint("FRONTIER_PARTITIONS"),
+            )
         return self._records
 
     async def process_response(self, request: Request, response: Response) -> Response:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from extensions.failures import FAILURE_META
-from extensions.frontier import Frontier, QueuedRequest
+from extensions.frontier import PartitionedFrontier, QueuedRequest
 from extensions.hosts import host_key, hostname_of
 from extensions.keys import FrontierKeys
 from extensions.scripts import LUA_NOW_MS, script
@@ -165,10 +165,12 @@ def matches(entry: dict[str, Any], reason: str | None, host: str | None) -> bool
 class DeadLetters:
     """Asynchronous access to one crawl's dead-letter queue."""
 
-    def __init__(self, client: aredis.Redis, prefix: str) -> None:
+    def __init__(self, client: aredis.Redis, prefix: str, partitions: int = 1) -> None:
         self.client = client
+        # The queue itself is crawl-wide, in partition 0's slot (keys.py).
         self.keys = FrontierKeys(prefix)
         self.prefix = prefix
+        self.partitions = partitions
 
     async def add(self, letters: Iterable[DeadLetter]) -> int:
         """Store ``letters``; return how many URLs were new to the queue."""
@@ -212,7 +214,7 @@ class DeadLetters:
         their entries. Queued before deleted: a stop in between leaves a URL
         both queued and dead-lettered, never neither."""
         entries = await self.entries(reason, host)
-        frontier = Frontier(self.client, self.prefix)
+        frontier = PartitionedFrontier(self.client, self.prefix, self.partitions)
         done = 0
         for i in range(0, len(entries), 500):
             chunk = entries[i : i + 500]

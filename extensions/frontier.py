@@ -38,11 +38,16 @@ prefix, so on a Redis Cluster they stay in the ``{prefix}`` slot.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from extensions.hosts import LUA_RECORD
+import mmh3
+
+from extensions.hosts import LUA_RECORD, host_partition
 from extensions.keys import FrontierKeys, crawl_patterns
 from extensions.scripts import script, server_now_ms
 
@@ -455,10 +460,14 @@ class Frontier:
     """
 
     def __init__(
-        self, client: aredis.Redis, prefix: str, worker: Worker | None = None
+        self,
+        client: aredis.Redis,
+        prefix: str,
+        worker: Worker | None = None,
+        partition: int = 0,
     ) -> None:
         self.client = client
-        self.keys = FrontierKeys(prefix)
+        self.keys = FrontierKeys(prefix, partition)
         self._worker = worker
 
     @property
@@ -744,3 +753,343 @@ class Frontier:
             lease, deadline = first[0]
             view.next_lease_expiry = (lease.decode(), (int(deadline) - now) / 1000)
         return view
+
+
+# A lease id of partition p > 0 travels as "<id>@<p>" (request meta, items):
+# the partition's scripts keep their own ids ("<worker>:<seq>") untouched.
+LEASE_PARTITION_SEP = "@"
+# A partition whose last lease call found nothing due is not asked again for
+# the time it said, and at most this long (s): new work may arrive in it from
+# other workers' commits at any time (the scheduler's idle poll, too).
+PARTITION_RECHECK = 0.5
+
+
+def lease_token(partition: int, lease_id: str) -> str:
+    """The id a worker carries for a lease of ``partition``.
+
+    >>> lease_token(0, "w1:7"), lease_token(2, "w1:7")
+    ('w1:7', 'w1:7@2')
+    """
+    return lease_id if partition == 0 else f"{lease_id}{LEASE_PARTITION_SEP}{partition}"
+
+
+def split_lease(token: str) -> tuple[int, str]:
+    """(partition, the partition's lease id) of a :func:`lease_token`.
+
+    >>> split_lease("w1:7@2"), split_lease("w1:7"), split_lease("a@b:7")
+    ((2, 'w1:7'), (0, 'w1:7'), (0, 'a@b:7'))
+    """
+    lease_id, sep, partition = token.rpartition(LEASE_PARTITION_SEP)
+    if sep and partition.isdigit():
+        return int(partition), lease_id
+    return 0, token
+
+
+class PartitionedFrontier:
+    """The frontier of a crawl in ``partitions`` partitions (``FRONTIER_PARTITIONS``).
+
+    Each partition is one :class:`Frontier` under its own hash tag, its
+    scripts unchanged and within one slot; this class routes. A host belongs
+    to one partition (:func:`extensions.hosts.host_partition`), so a request
+    is queued, leased and retried in its host's partition; a lease is
+    acknowledged, renewed or handed back in the partition that leased it
+    (its id says which, :func:`lease_token`).
+
+    A commit whose requests and acknowledgements lie in one partition is one
+    script, as with one partition. Otherwise the requests are queued first
+    (each partition's with its write-ahead entry), then the leases are
+    acknowledged: a worker stopped in between leaves the parent leased, to
+    be reclaimed and fetched again, never a child lost (at least once).
+
+    Leasing: round robin over the partitions, starting one further on each
+    call and, per worker, at an offset from its id (so a fleet does not
+    start on the same partition); a call fills its count from the next
+    partitions when one runs dry, and skips a partition whose last answer
+    was "nothing due for W ms" until then (at most
+    :data:`PARTITION_RECHECK`), so a worker never spins on empty ones.
+
+    The worker beats into every partition's registry (one pipelined call),
+    so a live worker recovers a dead one's write-ahead batches and leases in
+    every partition. With one partition every call is exactly
+    :class:`Frontier`'s.
+    """
+
+    def __init__(
+        self,
+        client: aredis.Redis,
+        prefix: str,
+        partitions: int = 1,
+        worker: Worker | None = None,
+    ) -> None:
+        if partitions < 1:
+            raise ValueError(f"partitions must be >= 1, not {partitions}")
+        self.client = client
+        self.prefix = prefix
+        self.parts = [Frontier(client, prefix, worker, p) for p in range(partitions)]
+        # Partition 0's keys: the crawl-wide ones (dead letters, recrawl).
+        self.keys = self.parts[0].keys
+        self._worker = worker
+        self._next = mmh3.hash(worker.id, 0, signed=False) % partitions if worker else 0
+        self._skip_until = [0.0] * partitions  # monotonic time
+        self._due_at: list[float | None] = [0.0] * partitions  # monotonic; None: empty
+        self._last = [LeaseBatch([], 0, 0, 0, 0) for _ in range(partitions)]
+        # Write-ahead entry -> the partitions it was written to.
+        self._logged: dict[str, set[int]] = {}
+
+    @property
+    def worker(self) -> Worker:
+        return self.parts[0].worker
+
+    def part(self, partition: int) -> Frontier:
+        """The frontier of one partition (one beyond the count, e.g. a lease
+        from a run with more partitions, is built on demand)."""
+        if partition < len(self.parts):
+            return self.parts[partition]
+        return Frontier(self.client, self.prefix, self._worker, partition)
+
+    def partition_of(self, host: str) -> int:
+        return host_partition(host, len(self.parts))
+
+    def _by_partition(self, tokens: Iterable[str]) -> dict[int, list[str]]:
+        groups: dict[int, list[str]] = defaultdict(list)
+        for token in tokens:
+            partition, lease_id = split_lease(token)
+            groups[partition].append(lease_id)
+        return groups
+
+    def _requests(
+        self, requests: Iterable[QueuedRequest]
+    ) -> dict[int, list[QueuedRequest]]:
+        groups: dict[int, list[QueuedRequest]] = defaultdict(list)
+        for r in requests:
+            groups[self.partition_of(r.host)].append(r)
+        return groups
+
+    async def commit(
+        self,
+        requests: Sequence[QueuedRequest] = (),
+        acks: Iterable[str] = (),
+        wal: tuple[str, str] | None = None,
+    ) -> tuple[int, int]:
+        """:meth:`Frontier.commit` over the partitions (see the class)."""
+        queued, acked = self._requests(requests), self._by_partition(acks)
+        logged = self._logged.get(wal[1], set()) if wal else set()
+        touched = set(queued) | set(acked) | logged
+        if len(touched) <= 1:
+            p = touched.pop() if touched else 0
+            res = await self.part(p).commit(queued.get(p, ()), acked.get(p, ()), wal)
+        else:
+            # Children first, each partition's with its write-ahead entry;
+            # then the parents' leases (at least once, never lost).
+            firsts = await asyncio.gather(
+                *(
+                    self.part(p).commit(queued.get(p, ()), (), wal)
+                    for p in sorted(set(queued) | logged)
+                )
+            )
+            seconds = await asyncio.gather(
+                *(self.part(p).commit((), ids) for p, ids in sorted(acked.items()))
+            )
+            res = (sum(a for a, _ in firsts), sum(b for _, b in seconds))
+        if wal:
+            self._logged.pop(wal[1], None)
+        for p in queued:
+            # Work arrived there: ask that partition again at the next lease.
+            self._skip_until[p] = 0.0
+            self._due_at[p] = 0.0
+        return res
+
+    async def log_ahead(
+        self, worker: str, entry: str, requests: Sequence[QueuedRequest]
+    ) -> None:
+        """:meth:`Frontier.log_ahead`, each request in its host's partition."""
+        groups = self._requests(requests)
+        self._logged[entry] = set(groups)
+        await asyncio.gather(
+            *(self.part(p).log_ahead(worker, entry, rs) for p, rs in groups.items())
+        )
+
+    async def recover(self, dead_after_ms: int) -> tuple[int, int, int]:
+        """:meth:`Frontier.recover` in every partition; the sums."""
+        res = await asyncio.gather(*(f.recover(dead_after_ms) for f in self.parts))
+        return (
+            sum(r[0] for r in res),
+            sum(r[1] for r in res),
+            sum(r[2] for r in res),
+        )
+
+    async def quarantine_leases(
+        self, entries: Sequence[tuple[str, bytes, str]]
+    ) -> None:
+        """Move leased entries a worker cannot use (lease token, entry, why)
+        to the poison list of their partition."""
+        groups: dict[int, list[tuple[str, str, bytes, str]]] = defaultdict(list)
+        for token, entry, reason in entries:
+            p, lease_id = split_lease(token)
+            groups[p].append((self.part(p).keys.lease_data, lease_id, entry, reason))
+        for p, bad in groups.items():
+            await self.part(p).quarantine(bad)
+
+    @property
+    def poison_keys(self) -> list[str]:
+        return [f.keys.poison for f in self.parts]
+
+    async def lease(self, count: int, reclaim: int = 32) -> LeaseBatch:
+        """Lease up to ``count`` requests, round robin over the partitions
+        (see the class). The batch's figures are the fleet's, summed over the
+        partitions (the skipped ones as their last answer left them)."""
+        if len(self.parts) == 1:
+            return await self.parts[0].lease(count, reclaim)
+        n = len(self.parts)
+        start, self._next = self._next, (self._next + 1) % n
+        now = time.monotonic()
+        leases: list[tuple[str, bytes]] = []
+        reclaimed = poisoned = 0
+        for p in ((start + i) % n for i in range(n)):
+            if len(leases) >= count:
+                break
+            if self._skip_until[p] > now:
+                continue
+            batch = await self.parts[p].lease(count - len(leases), reclaim)
+            self._last[p] = batch
+            reclaimed += batch.reclaimed
+            poisoned += batch.poisoned
+            leases += [(lease_token(p, i), m) for i, m in batch.leases]
+            wait = batch.wait_ms / 1000
+            self._due_at[p] = None if batch.wait_ms < 0 else now + wait
+            if not batch.leases:
+                recheck = PARTITION_RECHECK
+                if batch.wait_ms >= 0 and not batch.paused:
+                    recheck = min(wait, PARTITION_RECHECK)
+                self._skip_until[p] = now + recheck
+        # A partition is next asked at the later of its due time and the end
+        # of its skip: no earlier wake-up, or a worker would spin on it.
+        due = [
+            max(0.0, t - now, self._skip_until[p] - now)
+            for p, t in enumerate(self._due_at)
+            if t is not None
+        ]
+        return LeaseBatch(
+            leases,
+            reclaimed,
+            round(min(due) * 1000) if due else -1,
+            sum(b.hosts_ready for b in self._last),
+            sum(b.leases_outstanding for b in self._last),
+            poisoned,
+            any(b.paused for b in self._last),
+        )
+
+    def work_arrived(self, hosts: Iterable[str]) -> None:
+        """Stop skipping the partitions of ``hosts``: this worker just queued
+        work there."""
+        for host in hosts:
+            p = self.partition_of(host)
+            self._skip_until[p] = 0.0
+            self._due_at[p] = 0.0
+
+    async def release(self, lease_ids: Sequence[str]) -> int:
+        groups = self._by_partition(lease_ids)
+        res = await asyncio.gather(
+            *(self.part(p).release(ids) for p, ids in groups.items())
+        )
+        return sum(res)
+
+    async def extend(self, lease_ids: Sequence[str]) -> int:
+        groups = self._by_partition(lease_ids)
+        res = await asyncio.gather(
+            *(self.part(p).extend(ids) for p, ids in groups.items())
+        )
+        return sum(res)
+
+    async def beat(self) -> None:
+        """:meth:`Frontier.beat` into every partition's registry, one call."""
+        if len(self.parts) == 1:
+            return await self.parts[0].beat()
+        now = await server_now_ms(self.client)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for f in self.parts:
+                pipe.zadd(f.keys.workers, {self.worker.id: now})
+            await pipe.execute()
+        return None
+
+    async def retire(self) -> None:
+        async with self.client.pipeline(transaction=False) as pipe:
+            for f in self.parts:
+                pipe.zrem(f.keys.workers, self.worker.id)
+            await pipe.execute()
+
+    async def flush(self) -> int:
+        """:meth:`Frontier.flush` (its patterns match every partition)."""
+        return await self.parts[0].flush()
+
+    async def counts(self) -> tuple[int, int]:
+        async with self.client.pipeline(transaction=False) as pipe:
+            for f in self.parts:
+                pipe.zcard(f.keys.ready)
+                pipe.zcard(f.keys.leases)
+            res = await pipe.execute()
+        return sum(res[0::2]), sum(res[1::2])
+
+    async def due(self) -> tuple[int, int]:
+        res = await asyncio.gather(*(f.due() for f in self.parts))
+        return sum(r[0] for r in res), sum(r[1] for r in res)
+
+    async def waiting(self) -> Waiting:
+        res = await asyncio.gather(*(f.waiting() for f in self.parts))
+        due = [w.next_due_ms for w in res if w.next_due_ms >= 0]
+        return Waiting(
+            sum(w.urls for w in res), sum(w.hosts for w in res), min(due, default=-1)
+        )
+
+    async def queued(self) -> int:
+        return sum(await asyncio.gather(*(f.queued() for f in self.parts)))
+
+    async def retries(self) -> int:
+        """Retries waiting for their due time (the delayed ZSETs)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for f in self.parts:
+                pipe.zcard(f.keys.delayed)
+            return sum(await pipe.execute())
+
+    async def pause(self) -> bool:
+        """Pause every partition; False if all already were."""
+        res = await asyncio.gather(*(f.pause() for f in self.parts))
+        return any(res)
+
+    async def resume(self) -> bool:
+        res = await asyncio.gather(*(f.resume() for f in self.parts))
+        return any(res)
+
+    async def workers(self) -> dict[str, int]:
+        """Worker id -> its latest heartbeat in any partition."""
+        out: dict[str, int] = {}
+        for beats in await asyncio.gather(*(f.workers() for f in self.parts)):
+            for w, t in beats.items():
+                out[w] = max(t, out.get(w, t))
+        return out
+
+    async def overview(self, top: int = 10) -> FrontierOverview:
+        """:meth:`Frontier.overview` summed over the partitions."""
+        views = await asyncio.gather(*(f.overview(top) for f in self.parts))
+        if len(views) == 1:
+            return views[0]
+        total = FrontierOverview(now_ms=max(v.now_ms for v in views))
+        expiries = []
+        for p, v in enumerate(views):
+            total.queued += v.queued
+            total.hosts_ready += v.hosts_ready
+            total.hosts_waiting += v.hosts_waiting
+            total.hosts_parked += v.hosts_parked
+            total.leased += v.leased
+            total.paused = total.paused or v.paused
+            total.poisoned += v.poisoned
+            total.top_hosts += v.top_hosts
+            if v.next_lease_expiry:
+                lease_id, in_s = v.next_lease_expiry
+                expiries.append((in_s, lease_token(p, lease_id)))
+        total.top_hosts.sort(key=lambda t: (-t[1], t[0]))
+        del total.top_hosts[top:]
+        if expiries:
+            in_s, token = min(expiries)
+            total.next_lease_expiry = (token, in_s)
+        return total

@@ -5,7 +5,8 @@ every script includes to read them (:data:`LUA_RECORD`: the Redis clock, the
 record, the spacing rule, the park rule) and the scripts that write them
 (:class:`HostRecords`). The frontier (:mod:`extensions.frontier`) queues
 requests by :func:`host_key` and keeps one record per host in Redis,
-``FrontierKeys(prefix).host(hostkey)``, a HASH of integers (times are epoch
+``FrontierKeys(prefix, partition).host(hostkey)`` in the host's partition
+(:func:`host_partition`), a HASH of integers (times are epoch
 ms of the Redis clock, durations ms):
 
 ``next``
@@ -44,6 +45,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+import mmh3
 from scrapy.exceptions import CannotResolveHostError, DownloadConnectionRefusedError
 from scrapy.http import Request
 
@@ -106,6 +108,24 @@ def host_key(url_or_request: str | Request) -> str:
     if ":" in host:  # an IPv6 literal
         host = f"[{host}]"
     return f"{scheme}://{host}:{port}"
+
+
+@lru_cache(maxsize=65_536)
+def host_partition(hostkey: str, partitions: int) -> int:
+    """The frontier partition of a host (``FRONTIER_PARTITIONS``): MurmurHash3
+    (32-bit, seed 0) of its :func:`host_key` modulo the partition count, the
+    same on every worker and every run (Python's ``hash`` is salted per
+    process). Everything keyed by host lives in that partition: its queue,
+    its record, its download lock.
+
+    >>> host_partition("http://a.test:80", 1)
+    0
+    >>> [host_partition(f"http://h{i}.test:80", 4) for i in range(8)]
+    [2, 1, 0, 0, 1, 0, 3, 3]
+    """
+    if partitions <= 1:
+        return 0
+    return mmh3.hash(hostkey, 0, signed=False) % partitions
 
 
 def hostname_of(key: str) -> str:
@@ -288,22 +308,28 @@ class HostRecords:
     or one command. The frontier's ``next`` is written by its lease script,
     and the lock script of :mod:`extensions.politeness` only reads."""
 
-    def __init__(self, client: aredis.Redis, prefix: str) -> None:
+    def __init__(self, client: aredis.Redis, prefix: str, partitions: int = 1) -> None:
         self.client = client
-        self.keys = FrontierKeys(prefix)
+        self.prefix = prefix
+        self.partitions = partitions
+
+    def record(self, hostkey: str) -> str:
+        """The key of a host's record, in its partition."""
+        partition = host_partition(hostkey, self.partitions)
+        return FrontierKeys(self.prefix, partition).host(hostkey)
 
     async def set_delay(self, hostkey: str, delay_ms: int | None) -> None:
         """Set the host's minimum delay (None: remove it, the default applies)."""
         if delay_ms is None:
-            await self.client.hdel(self.keys.host(hostkey), DELAY)
+            await self.client.hdel(self.record(hostkey), DELAY)
         else:
-            await self.client.hset(self.keys.host(hostkey), DELAY, int(delay_ms))
+            await self.client.hset(self.record(hostkey), DELAY, int(delay_ms))
 
     async def park(self, hostkey: str, for_ms: int) -> int:
         """Park a host for ``for_ms`` from now (never shortens a park); return
         the deadline in epoch ms of the Redis clock."""
         res = await script(self.client, PARK_SCRIPT)(
-            keys=[self.keys.host(hostkey)], args=[int(for_ms)]
+            keys=[self.record(hostkey)], args=[int(for_ms)]
         )
         return int(res)
 
@@ -321,7 +347,7 @@ class HostRecords:
         ``(back-off ms, park deadline ms, raised)``."""
         factor = 1.0 + random.uniform(-jitter, jitter)
         res = await script(self.client, RAISE_BACKOFF_SCRIPT)(
-            keys=[self.keys.host(hostkey)],
+            keys=[self.record(hostkey)],
             args=[
                 initial_ms,
                 max_ms,
@@ -337,7 +363,7 @@ class HostRecords:
     ) -> tuple[int, int]:
         """Count a connection failure: ``(fails, park ms if it opened else 0)``."""
         res = await script(self.client, FAIL_SCRIPT)(
-            keys=[self.keys.host(hostkey)],
+            keys=[self.record(hostkey)],
             args=[threshold, cooldown_ms, max_cooldown_ms],
         )
         return int(res[0]), int(res[1])
@@ -345,7 +371,7 @@ class HostRecords:
     async def succeed(self, hostkey: str) -> int:
         """Close the breaker; return how often it had opened in a row."""
         res = await script(self.client, SUCCESS_SCRIPT)(
-            keys=[self.keys.host(hostkey)], args=[]
+            keys=[self.record(hostkey)], args=[]
         )
         return int(res)
 

@@ -85,8 +85,19 @@ lock (``POLITENESS_KEY``) can be widened to the registered domain or the IP.
 from __future__ import annotations
 
 
+def partition_tag(prefix: str, partition: int = 0) -> str:
+    """The hash tag of one frontier partition: partition 0 keeps the crawl's
+    own tag, so one partition is the unpartitioned layout.
+
+    >>> partition_tag("web"), partition_tag("web", 2)
+    ('{web}', '{web:p2}')
+    """
+    return f"{{{prefix}}}" if partition == 0 else f"{{{prefix}:p{partition}}}"
+
+
 class FrontierKeys:
-    """Names of one crawl's frontier keys (the ``{prefix}`` hash-tagged ones).
+    """Names of the frontier keys of one partition of a crawl (the hash-tagged
+    ones; partition 0 by default).
 
     >>> k = FrontierKeys("web")
     >>> k.queue("http://a.test:80")
@@ -95,11 +106,14 @@ class FrontierKeys:
     ('web:{web}:ready', 'web:{web}:leases', 'web:{web}:lease')
     >>> k.queue_prefix
     'web:{web}:q:'
+    >>> FrontierKeys("web", 3).ready
+    'web:{web:p3}:ready'
     """
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, partition: int = 0) -> None:
         self.prefix = prefix
-        tagged = f"{prefix}:{{{prefix}}}:"
+        self.partition = partition
+        tagged = f"{prefix}:{partition_tag(prefix, partition)}:"
         self.tagged = tagged
         self.queue_prefix = tagged + "q:"
         self.host_prefix = tagged + "h:"
@@ -110,12 +124,15 @@ class FrontierKeys:
         self.workers = tagged + "workers"
         self.wal_prefix = tagged + "wal:"
         self.delayed = tagged + "delayed"
-        self.dlq = tagged + "dlq"
-        self.dlq_reasons = tagged + "dlq:reasons"
         self.paused = tagged + "paused"
         self.poison = tagged + "poison"
-        self.recrawl = tagged + "recrawl"
-        self.recrawl_data = tagged + "recrawl:data"
+        # Not per host: the dead letters and the recrawl schedule of every
+        # partition live in partition 0's slot (see the module docstring).
+        base = f"{prefix}:{partition_tag(prefix)}:"
+        self.dlq = base + "dlq"
+        self.dlq_reasons = base + "dlq:reasons"
+        self.recrawl = base + "recrawl"
+        self.recrawl_data = base + "recrawl:data"
 
     def queue(self, host: str) -> str:
         return self.queue_prefix + host
@@ -127,9 +144,24 @@ class FrontierKeys:
         """A worker's write-ahead batches (entry id -> JSON)."""
         return self.wal_prefix + worker
 
+    def lock(self, lock_id: str) -> str:
+        """A host's download lock, in its host's partition (see
+        :func:`host_lock`)."""
+        return self.tagged + "lock:" + lock_id
+
     def pattern(self) -> str:
-        """A SCAN pattern matching every frontier key of the crawl."""
+        """A SCAN pattern matching every frontier key of the partition."""
         return self.tagged + "*"
+
+
+def partition_patterns(prefix: str) -> list[str]:
+    """SCAN patterns for the frontier keys of every partition, whatever the
+    number of partitions was when they were written.
+
+    >>> partition_patterns("web")
+    ['web:{web}:*', 'web:{web:p*}:*']
+    """
+    return [FrontierKeys(prefix).pattern(), f"{prefix}:{{{prefix}:p*}}:*"]
 
 
 class StatsKeys:
@@ -203,7 +235,7 @@ def crawl_patterns(prefix: str) -> list[str]:
     """SCAN patterns for every key of a crawl except its seed list (used to
     start a crawl afresh)."""
     return [
-        FrontierKeys(prefix).pattern(),
+        *partition_patterns(prefix),
         f"{prefix}:robots:*",
         f"{prefix}:bloom:*",
         f"{prefix}:simhash:*",
@@ -231,15 +263,18 @@ def trap_variants(prefix: str, host: str, path: str) -> str:
     return f"{prefix}:traps:{{{prefix}:traps:{host}}}:v:{path}"
 
 
-def host_lock(prefix: str, lock_id: str) -> str:
-    """The per-host download lock under the frontier's hash tag, so the lock
-    script can read the host record and set the lock in one call on a
-    cluster too (``lock_id``: a host key, a registered domain or an IP).
+def host_lock(prefix: str, lock_id: str, partition: int = 0) -> str:
+    """The per-host download lock under the hash tag of its host's partition,
+    so the lock script can read the host record and set the lock in one call
+    on a cluster too (``lock_id``: a host key, a registered domain or an IP;
+    the latter two need one partition, see :mod:`extensions.politeness`).
 
     >>> host_lock("web", "http://a.test:80")
     'web:{web}:lock:http://a.test:80'
+    >>> host_lock("web", "http://a.test:80", 1)
+    'web:{web:p1}:lock:http://a.test:80'
     """
-    return f"{prefix}:{{{prefix}}}:lock:{lock_id}"
+    return FrontierKeys(prefix, partition).lock(lock_id)
 
 
 def simhash_pages(prefix: str) -> str:

@@ -7,7 +7,8 @@ middleware is on: it replaces Scrapy's), ``ROBOTSTXT_PARSER``,
 ``ROBOTS_RETRY_INITIAL``, ``ROBOTS_RETRY_MAX``, ``ROBOTS_CRAWL_DELAY_MAX``,
 ``ROBOTS_SITEMAP_SEEDS``, ``ROBOTS_DOWN_AFTER``, ``SCHEDULER``,
 ``POLITENESS_MAX_DEFERRALS`` (only without the Redis frontier, see below),
-and through :mod:`extensions.connection` ``REDIS_URL``.
+``FRONTIER_PARTITIONS`` (where a host's record lives), and through
+:mod:`extensions.connection` ``REDIS_URL``.
 
 While a host's robots.txt is unreachable (5xx, 429, no connection) its
 requests wait in the frontier, however long that lasts (RFC 9309 2.3.1.3:
@@ -208,6 +209,7 @@ class SharedRobotsTxtMiddleware:
                 "middleware replaces Scrapy's (or set ROBOTS_ENABLED=False)"
             )
         self.crawler = crawler
+        self.partitions = s.getint("FRONTIER_PARTITIONS")
         self.user_agent = str(
             s.get("ROBOTSTXT_USER_AGENT")
             or s.get("USER_AGENT")
@@ -252,7 +254,7 @@ class SharedRobotsTxtMiddleware:
 
     @property
     def records(self) -> HostRecords:
-        return HostRecords(self.client, self.prefix)
+        return HostRecords(self.client, self.prefix, self.partitions)
 
     @property
     def fetch_lock(self) -> TokenLock:

@@ -1,7 +1,7 @@
 """A Scrapy scheduler whose queue is the shared Redis frontier.
 
 Settings read (defaults in :mod:`extensions.defaults`): ``FRONTIER_BATCH_SIZE``,
-``FRONTIER_BUFFER_SIZE``, ``FRONTIER_LEASE_TIMEOUT``,
+``FRONTIER_BUFFER_SIZE``, ``FRONTIER_LEASE_TIMEOUT``, ``FRONTIER_PARTITIONS``,
 ``FRONTIER_HEARTBEAT_INTERVAL``, ``FRONTIER_PRIORITY_FUNCTION``,
 ``SCHEDULER_PERSIST``, ``SCHEDULER_FLUSH_ON_START``, ``REDIS_RETRY_INITIAL``,
 ``REDIS_RETRY_MAX``, ``DOWNLOAD_DELAY``, ``BACKOFF_QUIET_PERIOD``,
@@ -76,7 +76,7 @@ from extensions.connection import (
 )
 from extensions.dlq import DeadLetter, DeadLetters, dead_letter
 from extensions.failures import DELAY_META
-from extensions.frontier import Frontier, QueuedRequest, Worker
+from extensions.frontier import PartitionedFrontier, QueuedRequest, Worker
 from extensions.hosts import host_key
 from extensions.scoring import LocalHostCounts
 from extensions.scripts import server_now_ms
@@ -172,6 +172,7 @@ class RedisScheduler(BaseScheduler):
         buffer_size = s.getint("FRONTIER_BUFFER_SIZE")
         self.buffer_size = buffer_size or 2 * s.getint("CONCURRENT_REQUESTS", 16)
         self.lease_timeout = s.getfloat("FRONTIER_LEASE_TIMEOUT")
+        self.partitions = s.getint("FRONTIER_PARTITIONS")
         self.heartbeat = s.getfloat("FRONTIER_HEARTBEAT_INTERVAL")
         self.persist = s.getbool("SCHEDULER_PERSIST")
         self.flush_on_start = s.getbool("SCHEDULER_FLUSH_ON_START")
@@ -191,7 +192,7 @@ class RedisScheduler(BaseScheduler):
         self.worker = worker_id()
         self.stats = crawler.stats
         self.spider: Spider | None = None
-        self.frontier: Frontier | None = None
+        self.frontier: PartitionedFrontier | None = None
         self.dlq: DeadLetters | None = None
         self._dead: list[DeadLetter] = []
         # Redirects announced in request_scheduled, not yet enqueued: a
@@ -237,9 +238,10 @@ class RedisScheduler(BaseScheduler):
         """Open the frontier and the dupefilter; start the background task."""
         self.spider = spider
         self.client = async_client(self.crawler)
-        self.frontier = Frontier(
+        self.frontier = PartitionedFrontier(
             self.client,
             spider.name,
+            self.partitions,
             Worker(
                 self.worker,
                 int(self.lease_timeout * 1000),
@@ -247,7 +249,7 @@ class RedisScheduler(BaseScheduler):
                 self.backoff_quiet_ms,
             ),
         )
-        self.dlq = DeadLetters(self.client, spider.name)
+        self.dlq = DeadLetters(self.client, spider.name, self.partitions)
         sig = self.crawler.signals
         sig.connect(self._on_request_dead, signal=request_dead)
         sig.connect(self._on_request_scheduled, signal=signals.request_scheduled)
@@ -690,19 +692,19 @@ class RedisScheduler(BaseScheduler):
             self.stats.inc_value("scheduler/reclaimed", batch.reclaimed)
             logger.info("Reclaimed %s expired leases", batch.reclaimed)
         self._poisoned(batch.poisoned)
-        bad: list[tuple[str, str, bytes, str]] = []
+        bad: list[tuple[str, bytes, str]] = []
         for lease, member in batch.leases:
             try:
                 request = request_from_bytes(member, self.spider)
             except CorruptEntry as exc:
-                bad.append((self.frontier.keys.lease_data, lease, member, str(exc)))
+                bad.append((lease, member, str(exc)))
                 continue
             self._buffer.append((lease, request))
         if bad:
             # Set aside before the leases end: if this fails, the leases
             # expire and the entries come back to be judged again.
-            await self.frontier.quarantine(bad)
-            self._acks.extend(lease for _, lease, _, _ in bad)
+            await self.frontier.quarantine_leases(bad)
+            self._acks.extend(lease for lease, _, _ in bad)
             self._poisoned(len(bad))
         now = time.monotonic()
         if batch.leases:
@@ -754,7 +756,7 @@ class RedisScheduler(BaseScheduler):
                 "Moved %s malformed frontier entries to %s (reported once; "
                 "counted in scheduler/poison)",
                 n,
-                self.frontier.keys.poison,
+                ", ".join(self.frontier.poison_keys),
             )
             self._warned_poison = True
 

@@ -57,8 +57,9 @@ def assert_complete(report: CrawlReport, home: Path) -> None:
     assert all(pages[u].metadata["status"] == 200 for u in expected)
 
 
+@pytest.mark.parametrize("partitions", [1, 4])
 def test_two_workers_fetch_every_allowed_page_once(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, partitions: int
 ) -> None:
     spec = SiteSpec(seed=7, hosts=12, pages_per_host=8)
     report = crawl_sandbox(
@@ -66,7 +67,7 @@ def test_two_workers_fetch_every_allowed_page_once(
         redis_url,
         tmp_path,
         workers=2,
-        settings={"DOWNLOAD_DELAY": 0.05},
+        settings={"DOWNLOAD_DELAY": 0.05, "FRONTIER_PARTITIONS": partitions},
         extra_seeds=["ftp://nope.test/", '{"url": 5}'],
         timeout=240,
     )
@@ -79,7 +80,13 @@ def test_two_workers_fetch_every_allowed_page_once(
     } == {}
     # One robots.txt fetch per host for the whole fleet.
     assert max(report.robots_fetches().values()) == 1
-    invalid = redis.Redis.from_url(redis_url).lrange("web:start_urls:invalid", 0, -1)
+    client = redis.Redis.from_url(redis_url)
+    # The hosts' records landed in every partition, each under its own tag.
+    tags = {
+        key[: key.index(b"}") + 1] for key in client.scan_iter(match="web:{web*}:h:*")
+    }
+    assert len(tags) == partitions
+    invalid = client.lrange("web:start_urls:invalid", 0, -1)
     assert sorted(json.loads(e)["entry"] for e in invalid) == [
         "ftp://nope.test/",
         '{"url": 5}',

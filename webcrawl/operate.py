@@ -2,7 +2,8 @@
 ``resume``, ``reset``, ``redis_url``), and their base class.
 
 Settings read: ``REDIS_URL``/``WEBCRAWL_HOME`` (the Redis of the crawl),
-``FRONTIER_LEASE_TIMEOUT`` (a worker silent that long is dead), the Bloom
+``FRONTIER_LEASE_TIMEOUT`` (a worker silent that long is dead),
+``FRONTIER_PARTITIONS`` (the frontier's partitions, all read), the Bloom
 settings (``BLOOM_*``) and the page store settings (``PAGE_STORE``,
 ``MONGO_URI``, ``SQLITE_PATH``).
 
@@ -34,7 +35,7 @@ from extensions.connection import (
 from extensions.dlq import DeadLetters
 from extensions.embedded_redis import embedded_unless_configured
 from extensions.fleetstats import fleet_view
-from extensions.frontier import Frontier
+from extensions.frontier import PartitionedFrontier
 from extensions.keys import (
     FrontierKeys,
     bloom_meta,
@@ -104,6 +105,13 @@ def client_for(settings: BaseSettings) -> aredis.Redis:
     return new_async_client(settings)
 
 
+def frontier_of(
+    settings: BaseSettings, client: aredis.Redis, crawl: str
+) -> PartitionedFrontier:
+    """The crawl's frontier over all its partitions (``FRONTIER_PARTITIONS``)."""
+    return PartitionedFrontier(client, crawl, settings.getint("FRONTIER_PARTITIONS"))
+
+
 # -- status --------------------------------------------------------------------
 
 
@@ -113,7 +121,7 @@ async def gather_status(
     """Every figure of ``scrapy status``, as one JSON-ready dict."""
     client = client_for(settings)
     try:
-        frontier = Frontier(client, crawl)
+        frontier = frontier_of(settings, client, crawl)
         alive_ms = int(settings.getfloat("FRONTIER_LEASE_TIMEOUT") * 1000)
         fv = await frontier.overview()
         fleet = await fleet_view(client, crawl, alive_ms, frontier)
@@ -127,7 +135,7 @@ async def gather_status(
         # The dead-letter queue itself (not the workers' dlq/<reason> stats,
         # which forget what a requeue or purge took out).
         dlq_by_reason = await DeadLetters(client, crawl).sizes()
-        retries_pending = int(await client.zcard(frontier.keys.delayed))
+        retries_pending = await frontier.retries()
     finally:
         await client.aclose()
     store = _store(settings)
@@ -341,7 +349,7 @@ async def set_paused(
     """Pause or resume the fleet; False when it already was in that state."""
     client = client_for(settings)
     try:
-        frontier = Frontier(client, crawl)
+        frontier = frontier_of(settings, client, crawl)
         return await (frontier.pause() if paused else frontier.resume())
     finally:
         await client.aclose()
@@ -355,12 +363,16 @@ def key_kind(crawl: str, key: str) -> str:
 
     >>> key_kind("web", "web:{web}:q:http://a.test:80")
     'frontier q'
+    >>> key_kind("web", "web:{web:p3}:ready")
+    'frontier ready'
     >>> key_kind("web", "web:bloom:meta"), key_kind("web", "web:start_urls")
     ('bloom', 'seeds')
     """
     tagged = FrontierKeys(crawl).tagged
     if key.startswith(tagged):
         return "frontier " + key[len(tagged) :].split(":", 1)[0]
+    if key.startswith(f"{crawl}:{{{crawl}:p"):  # another partition's tag
+        return "frontier " + key.split("}:", 1)[1].split(":", 1)[0]
     if key in (start_urls(crawl), invalid_start_urls(crawl)):
         return "seeds"
     return key[len(crawl) + 1 :].split(":", 1)[0]

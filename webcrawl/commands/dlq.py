@@ -57,7 +57,7 @@ async def dlq_action(
 ) -> None:
     client = client_for(settings)
     try:
-        dlq = DeadLetters(client, opts.crawl)
+        dlq = DeadLetters(client, opts.crawl, settings.getint("FRONTIER_PARTITIONS"))
         if action == "list":
             entries = await dlq.entries(opts.reason, opts.host)
             if opts.json:

@@ -1,0 +1,350 @@
+"""The partitioned frontier (``FRONTIER_PARTITIONS``) on a real redis-server:
+each partition under its own hash tag, routed by host, leased fairly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import pytest
+import redis.asyncio as aredis
+from redis.crc import key_slot
+from scrapy import Request
+from scrapy.settings import Settings
+
+from extensions import config
+from extensions.dlq import DeadLetter, DeadLetters
+from extensions.frontier import (
+    PartitionedFrontier,
+    QueuedRequest,
+    Worker,
+    lease_token,
+    split_lease,
+)
+from extensions.hosts import HostRecords, host_partition
+from extensions.keys import FrontierKeys, host_lock, partition_tag
+from extensions.politeness import HostLock, PolitenessMiddleware
+from extensions.serialization import request_from_bytes, request_to_bytes
+from tests.utils import get_crawler
+from webcrawl.addon import install_defaults
+from webcrawl.operate import gather_status, reset, set_paused
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from pathlib import Path
+
+    import redis
+
+P = 4
+HOSTS = [f"http://h{i}.test:80" for i in range(24)]
+
+
+def q(host: str, path: str, priority: int = 0) -> QueuedRequest:
+    url = host.removesuffix(":80") + path
+    return QueuedRequest(host, priority, request_to_bytes(Request(url)))
+
+
+def url_of(member: bytes) -> str:
+    return request_from_bytes(member).url
+
+
+def worker(name: str, lease_ms: int = 60_000) -> Worker:
+    return Worker(name, lease_ms)
+
+
+def run(redis_url: str, body: Callable[[aredis.Redis], Awaitable[None]]) -> None:
+    async def main() -> None:
+        client = aredis.Redis.from_url(redis_url)
+        try:
+            await body(client)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_every_partition_has_the_hosts_a_stable_hash_gives_it() -> None:
+    spread = Counter(host_partition(h, P) for h in HOSTS)
+    assert sorted(spread) == list(range(P))
+    # Stable across processes (not Python's salted hash): a fixed value.
+    assert host_partition("http://a.test:80", P) == 2
+    assert all(host_partition(h, 1) == 0 for h in HOSTS)
+
+
+def test_one_partition_keeps_todays_key_names() -> None:
+    assert FrontierKeys("web", 0).ready == "web:{web}:ready"
+    assert host_lock("web", "http://a.test:80") == "web:{web}:lock:http://a.test:80"
+    assert partition_tag("web", 3) == "{web:p3}"
+    assert lease_token(0, "w:1") == "w:1"
+    assert split_lease(lease_token(3, "w-host-1:17")) == (3, "w-host-1:17")
+
+
+def test_keys_land_in_one_slot_per_partition(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    async def body(client: aredis.Redis) -> None:
+        f = PartitionedFrontier(client, "web", P, worker("w1"))
+        await f.beat()
+        reqs = [q(h, f"/{i}") for h in HOSTS for i in range(2)]
+        await f.log_ahead("w1", "e1", reqs[:5])
+        await f.commit(reqs)
+        batch = await f.lease(6)
+        assert len(batch.leases) == 6
+        records = HostRecords(client, "web", P)
+        locks = HostLock(client, "web", 1_800_000, P)
+        for h in HOSTS:
+            await records.set_delay(h, 10)
+            await locks.acquire(h, h, "token", 1_000)
+
+    run(redis_url, body)
+    keys = [k.decode() for k in redis_client.scan_iter("web:*")]
+    slots: dict[int, set[int]] = {}
+    for key in keys:
+        tag = key[key.index("{") + 1 : key.index("}")]
+        partition = int(tag.split(":p")[1]) if ":p" in tag else 0
+        slots.setdefault(partition, set()).add(key_slot(key.encode()))
+    # Every partition is used, each in exactly one slot, four distinct slots.
+    assert sorted(slots) == list(range(P))
+    assert all(len(s) == 1 for s in slots.values())
+    assert len(set().union(*slots.values())) == P
+    # A host's queue, record and lock share its partition's slot.
+    for h in HOSTS:
+        k = FrontierKeys("web", host_partition(h, P))
+        assert key_slot(k.host(h).encode()) == key_slot(k.ready.encode())
+        assert key_slot(host_lock("web", h, k.partition).encode()) == key_slot(
+            k.queue(h).encode()
+        )
+        assert redis_client.exists(k.host(h))
+
+
+def test_every_request_is_leased_exactly_once_by_two_workers(redis_url: str) -> None:
+    async def body(client: aredis.Redis) -> None:
+        a = PartitionedFrontier(client, "web", P, worker("wa"))
+        b = PartitionedFrontier(client, "web", P, worker("wb"))
+        queued = [q(h, f"/{i}") for h in HOSTS for i in range(5)]
+        added, _ = await a.commit(queued)
+        assert added == len(queued)
+        got: list[str] = []
+        for _ in range(200):
+            ba, bb = await asyncio.gather(a.lease(7), b.lease(5))
+            got += [url_of(m) for _, m in ba.leases + bb.leases]
+            for f, batch in ((a, ba), (b, bb)):
+                tokens = [t for t, _ in batch.leases]
+                assert await f.commit((), tokens) == (0, len(tokens))
+            if len(got) >= len(queued):
+                break
+            await asyncio.sleep(0.01)  # let a skipped partition come due
+        assert Counter(got) == Counter(url_of(r.member) for r in queued)
+        assert await a.counts() == (0, 0)
+
+    run(redis_url, body)
+
+
+def test_no_partition_starves_behind_a_large_one(redis_url: str) -> None:
+    """Partition of host ``big`` holds 200 requests over 20 hosts, every other
+    partition one host with 3: a worker leasing 8 at a time still reaches
+    every partition within its first P calls, and the small partitions
+    drain early, interleaved with the large one."""
+
+    async def body(client: aredis.Redis) -> None:
+        f = PartitionedFrontier(client, "web", P, worker("w1"))
+        by_part: dict[int, list[str]] = {}
+        for i in range(400):
+            h = f"http://n{i}.test:80"
+            by_part.setdefault(host_partition(h, P), []).append(h)
+        big = by_part[0][:20]
+        small = [hs[0] for p, hs in sorted(by_part.items()) if p != 0]
+        await f.commit([q(h, f"/{i}") for h in big for i in range(10)])
+        await f.commit([q(h, f"/{i}") for h in small for i in range(3)])
+        order: list[int] = []
+        for _ in range(60):
+            batch = await f.lease(8)
+            order += [host_partition(q_host(m), P) for _, m in batch.leases]
+            await f.commit((), [t for t, _ in batch.leases])
+            if not batch.leases and batch.wait_ms < 0:
+                break
+        assert len(order) == 200 + 3 * (P - 1)
+        assert set(order[: 8 * P]) == set(range(P))
+        # The small partitions were done before the large one was half done.
+        last_small = max(i for i, p in enumerate(order) if p != 0)
+        assert last_small < len(order) // 2
+
+    run(redis_url, body)
+
+
+def q_host(member: bytes) -> str:
+    url = url_of(member)
+    return url.split("/", 3)[0] + "//" + url.split("/", 3)[2] + ":80"
+
+
+def test_a_dead_workers_write_ahead_spanning_partitions_is_recovered(
+    redis_url: str,
+) -> None:
+    async def body(client: aredis.Redis) -> None:
+        dead = PartitionedFrontier(client, "web", P, worker("dead"))
+        live = PartitionedFrontier(client, "web", P, worker("live"))
+        await dead.beat()
+        await dead.commit([q(HOSTS[0], "/parent")])
+        (parent,) = (await dead.lease(1)).leases
+        batch = [q(h, "/child") for h in HOSTS[:8]]
+        assert len({host_partition(r.host, P) for r in batch}) == P
+        await dead.log_ahead("dead", "e1", batch)
+        # "dead" stops here: it never commits, never beats again.
+        await asyncio.sleep(0.05)
+        queued, poisoned, reclaimed = await live.recover(dead_after_ms=20)
+        assert (queued, poisoned, reclaimed) == (len(batch), 0, 1)
+        got = []
+        for _ in range(20):
+            got += [url_of(m) for _, m in (await live.lease(20)).leases]
+            await asyncio.sleep(0.02)
+        assert sorted(got) == sorted(
+            [url_of(parent[1])] + [url_of(r.member) for r in batch]
+        )
+        for f in live.parts:
+            assert not await client.exists(f.keys.wal("dead"))
+            assert await client.zscore(f.keys.workers, "dead") is None
+
+    run(redis_url, body)
+
+
+def cross_partition_pair() -> tuple[str, str]:
+    parent = HOSTS[0]
+    child = next(h for h in HOSTS if host_partition(h, P) != host_partition(parent, P))
+    return parent, child
+
+
+def test_a_cross_partition_redirect_hands_over_its_lease(redis_url: str) -> None:
+    async def body(client: aredis.Redis) -> None:
+        parent_host, child_host = cross_partition_pair()
+        f = PartitionedFrontier(client, "web", P, worker("w1"))
+        await f.beat()
+        await f.commit([q(parent_host, "/old")])
+        ((token, _),) = (await f.lease(1)).leases
+        assert split_lease(token)[0] == host_partition(parent_host, P)
+        child = q(child_host, "/new")
+        await f.log_ahead("w1", "e1", [child])
+        assert await f.commit([child], [token], ("w1", "e1")) == (1, 1)
+        (lease,) = (await f.lease(5)).leases
+        assert url_of(lease[1]) == url_of(child.member)
+        assert split_lease(lease[0])[0] == host_partition(child_host, P)
+        assert (await f.counts())[1] == 1  # only the child's lease is out
+        for part in f.parts:
+            assert not await client.exists(part.keys.wal("w1"))
+
+    run(redis_url, body)
+
+
+def test_a_redirect_stopped_between_its_two_partitions_loses_nothing(
+    redis_url: str,
+) -> None:
+    """The child is written ahead, then the worker dies before any commit:
+    the parent's lease and the child both come back (at least once)."""
+
+    async def body(client: aredis.Redis) -> None:
+        parent_host, child_host = cross_partition_pair()
+        dead = PartitionedFrontier(client, "web", P, worker("dead"))
+        await dead.beat()
+        await dead.commit([q(parent_host, "/old")])
+        assert len((await dead.lease(1)).leases) == 1  # the parent, leased
+        child = q(child_host, "/new")
+        await dead.log_ahead("dead", "e1", [child])
+        # Children first: the child's partition commits; then the worker dies.
+        p_child = dead.part(host_partition(child_host, P))
+        await p_child.commit([child], (), ("dead", "e1"))
+        await asyncio.sleep(0.05)
+        live = PartitionedFrontier(client, "web", P, worker("live"))
+        assert (await live.recover(dead_after_ms=20))[2] == 1
+        got = []
+        for _ in range(10):
+            got += [url_of(m) for _, m in (await live.lease(10)).leases]
+            await asyncio.sleep(0.02)
+        assert sorted(got) == ["http://h0.test/old", url_of(child.member)]
+
+    run(redis_url, body)
+
+
+def test_pause_status_and_dlq_see_every_partition(
+    redis_url: str, tmp_path: Path
+) -> None:
+    settings = Settings(
+        {
+            "REDIS_URL": redis_url,
+            "FRONTIER_PARTITIONS": P,
+            "WEBCRAWL_HOME": str(tmp_path),
+        }
+    )
+    install_defaults(settings)
+
+    async def body(client: aredis.Redis) -> None:
+        f = PartitionedFrontier(client, "web", P, worker("w1"))
+        await f.commit([q(h, "/a") for h in HOSTS])
+        status = await gather_status(settings)
+        assert status["queued"] == len(HOSTS)
+        assert await set_paused(settings, True)
+        for part in f.parts:
+            assert await client.exists(part.keys.paused)
+        batch = await f.lease(10)
+        assert batch.paused and not batch.leases
+        assert (await gather_status(settings))["paused"]
+        assert await set_paused(settings, False)
+        for _ in range(40):
+            batch = await f.lease(30)
+            if batch.leases:
+                break
+            await asyncio.sleep(0.05)
+        assert batch.leases
+        # Dead letters: one crawl-wide queue; a requeue routes each request
+        # to its host's partition.
+        dlq = DeadLetters(client, "web", P)
+        letters = []
+        for h in HOSTS[:8]:
+            url = h.removesuffix(":80") + "/gone"
+            member = request_to_bytes(Request(url)).decode()
+            letters.append(DeadLetter(url, h, "http_4xx", member, status=404))
+        await dlq.add(letters)
+        assert (await gather_status(settings))["dlq_by_reason"] == {"http_4xx": 8}
+        assert await dlq.requeue() == 8
+        for h in HOSTS[:8]:
+            k = FrontierKeys("web", host_partition(h, P))
+            members = await client.zrange(k.queue(h), 0, -1)
+            assert h.removesuffix(":80") + "/gone" in {url_of(m) for m in members}
+        # reset counts and deletes every partition's keys.
+        kinds = await reset(settings, delete=True)
+        assert kinds["frontier q"] == 8  # the requeued; the rest are leased
+        assert kinds["frontier ready"] == len({host_partition(h, P) for h in HOSTS[:8]})
+        assert kinds["frontier leases"] == P
+        assert await reset(settings, delete=False) == {}
+
+    run(redis_url, body)
+
+
+@pytest.mark.parametrize("mode", ["domain", "ip"])
+def test_a_lock_wider_than_a_host_needs_one_partition(mode: str) -> None:
+    crawler = get_crawler(
+        settings_dict={
+            "POLITENESS_KEY": mode,
+            "FRONTIER_PARTITIONS": 2,
+            "REDIS_URL": "redis://127.0.0.1:1",
+        }
+    )
+    with pytest.raises(config.SettingsError, match="FRONTIER_PARTITIONS=1"):
+        PolitenessMiddleware(crawler)
+
+
+def test_write_ahead_batches_are_json_per_partition(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    async def body(client: aredis.Redis) -> None:
+        f = PartitionedFrontier(client, "web", P, worker("w1"))
+        await f.log_ahead("w1", "e1", [q(h, "/x") for h in HOSTS])
+
+    run(redis_url, body)
+    total = 0
+    for p in range(P):
+        raw = redis_client.hget(FrontierKeys("web", p).wal("w1"), "e1")
+        batch = json.loads(raw) if raw else []
+        assert all(host_partition(r[0], P) == p for r in batch)
+        total += len(batch)
+    assert total == len(HOSTS)
