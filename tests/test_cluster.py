@@ -19,7 +19,6 @@ from redis.cluster import RedisCluster
 from scrapy import Request
 from scrapy.settings import Settings
 
-import extensions.defaults
 from demo.cluster import LocalCluster
 from demo.localcrawl import crawl_sandbox
 from extensions import connection
@@ -36,14 +35,22 @@ if TYPE_CHECKING:
 
     from sandbox.process import SandboxProcess
 
-# The partitioned frontier (FRONTIER_PARTITIONS) spreads the frontier itself
-# over the masters; without it the frontier is one slot and the other keys
-# (robots cache, Bloom shards, trap counters) still spread.
-PARTITIONS: dict[str, object] = (
-    {"FRONTIER_PARTITIONS": 3}
-    if hasattr(extensions.defaults, "FRONTIER_PARTITIONS")
-    else {}
-)
+# Four partitions: their tags' slots ({web} 9635, {web:p1} 12195, {web:p2}
+# 8128, {web:p3} 4065) fall in all three ranges redis-cli gives three masters
+# (0-5460, 5461-10922, 10923-16383), so the frontier itself is on every master.
+PARTITIONS = 4
+
+
+def frontier_keys_per_master(cluster: LocalCluster) -> dict[int, int]:
+    """Frontier keys (every partition's tag) on each live master."""
+    counts = {}
+    for port in cluster.master_ports():
+        node = cluster.node(port)
+        try:
+            counts[port] = sum(1 for _ in node.scan_iter(match="web:{web*", count=500))
+        finally:
+            node.close()
+    return counts
 
 
 @pytest.fixture
@@ -159,7 +166,8 @@ def test_two_workers_crawl_on_a_three_master_cluster(
     spec = SiteSpec(seed=7, hosts=9, pages_per_host=6)
     report = crawl_sandbox(
         spec, cluster.url, tmp_path, workers=2,
-        settings={"DOWNLOAD_DELAY": 0.05, **PARTITIONS}, timeout=240,
+        settings={"DOWNLOAD_DELAY": 0.05, "FRONTIER_PARTITIONS": PARTITIONS},
+        timeout=240,
     )  # fmt: skip
     assert report.exit_codes == [0, 0]
     assert_complete(report, tmp_path)
@@ -169,8 +177,10 @@ def test_two_workers_crawl_on_a_three_master_cluster(
     } == {}
     # SCHEDULER_PERSIST keeps the crawl's keys: they are on every master.
     spread = cluster.keys_per_master()
-    print(f"keys per master: {spread}")
+    frontier = frontier_keys_per_master(cluster)
+    print(f"keys per master: {spread}, of them frontier keys: {frontier}")
     assert len(spread) == 3 and all(n > 0 for n in spread.values()), spread
+    assert all(n > 0 for n in frontier.values()), frontier
 
 
 def frontier_master(cluster: LocalCluster) -> int:
@@ -214,7 +224,7 @@ def test_crawl_completes_after_a_master_is_sigkilled(tmp_path: Path) -> None:
         report = crawl_sandbox(
             spec, nodes.url, tmp_path, workers=2,
             settings={"DOWNLOAD_DELAY": 0.05, "REDIS_RETRY_INITIAL": 0.2,
-                      "REDIS_RETRY_MAX": 1.0, **PARTITIONS},
+                      "REDIS_RETRY_MAX": 1.0, "FRONTIER_PARTITIONS": PARTITIONS},
             during=kill_master, timeout=300,
         )  # fmt: skip
         nodes.wait_ok(30)
