@@ -22,6 +22,7 @@ from scrapy.settings import Settings
 from demo.cluster import LocalCluster
 from demo.localcrawl import crawl_sandbox
 from extensions import connection
+from extensions.bloom import AsyncBloomFilter, BloomFilter
 from extensions.frontier import Frontier, QueuedRequest, Worker
 from extensions.keys import FrontierKeys, start_urls
 from sandbox.site import SiteSpec
@@ -97,8 +98,25 @@ def test_redis_cluster_setting_asks_for_a_cluster_client_without_a_probe(
 def test_a_cluster_url_naming_another_database_is_refused(
     cluster: LocalCluster,
 ) -> None:
-    with pytest.raises(connection.RedisUnavailable, match="database 0 only"):
+    with pytest.raises(connection.RedisUnavailable, match="database 0 only") as err:
         connection.check_redis(f"redis://:secret@127.0.0.1:{cluster.ports[0]}/2")
+    assert "secret" not in str(err.value)
+
+
+def test_a_cluster_url_from_redis_url_file(
+    cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = tmp_path / "redis_url"
+    secret.write_text(f"redis://127.0.0.1:{cluster.ports[2]}/0\n")
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("REDIS_URL_FILE", str(secret))
+    client = connection.sync_client(Settings())
+    try:
+        assert isinstance(client, RedisCluster)
+        client.set("k", "v")
+        assert client.get("k") == b"v"
+    finally:
+        client.close()
 
 
 def test_operator_commands_see_every_master(cluster: LocalCluster) -> None:
@@ -253,3 +271,27 @@ def test_trap_budgets_on_a_cluster_survive_a_lost_script(
     admitted = [r.url for r in [*first, *rest]]
     # Three per host, the first three of each.
     assert admitted == [u for u in urls if int(u.rsplit("/", 1)[1]) < 3]
+
+
+def test_bloom_filter_on_a_cluster_both_clients(cluster: LocalCluster) -> None:
+    """The dupefilter's pipelines (raw EVALSHA per shard) on a cluster, the
+    scripts flushed in between as on a promoted replica."""
+    settings = Settings({"REDIS_URL": cluster.url})
+    items = [f"fp{n}".encode() for n in range(50)]
+    sync = BloomFilter(connection.sync_client(settings), "web")
+    sync.open()
+    assert sync.test_and_set(items[:25]) == [False] * 25
+    flush = RedisCluster(host="127.0.0.1", port=cluster.ports[0])
+    flush.script_flush()  # every master (redis-py routes SCRIPT FLUSH so)
+    flush.close()
+
+    async def run() -> list[bool]:
+        client = connection.new_async_client(settings)
+        try:
+            bloom = AsyncBloomFilter(client, "web")
+            await bloom.open()
+            return await bloom.test_and_set(items)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(run()) == [True] * 25 + [False] * 25
