@@ -465,9 +465,10 @@ class Frontier:
         prefix: str,
         worker: Worker | None = None,
         partition: int = 0,
+        partitions: int = 1,
     ) -> None:
         self.client = client
-        self.keys = FrontierKeys(prefix, partition)
+        self.keys = FrontierKeys(prefix, partition, partitions)
         self._worker = worker
 
     @property
@@ -823,7 +824,9 @@ class PartitionedFrontier:
             raise ValueError(f"partitions must be >= 1, not {partitions}")
         self.client = client
         self.prefix = prefix
-        self.parts = [Frontier(client, prefix, worker, p) for p in range(partitions)]
+        self.parts = [
+            Frontier(client, prefix, worker, p, partitions) for p in range(partitions)
+        ]
         # Partition 0's keys: the crawl-wide ones (dead letters, recrawl).
         self.keys = self.parts[0].keys
         self._worker = worker
@@ -839,11 +842,8 @@ class PartitionedFrontier:
         return self.parts[0].worker
 
     def part(self, partition: int) -> Frontier:
-        """The frontier of one partition (one beyond the count, e.g. a lease
-        from a run with more partitions, is built on demand)."""
-        if partition < len(self.parts):
-            return self.parts[partition]
-        return Frontier(self.client, self.prefix, self._worker, partition)
+        """The frontier of one partition."""
+        return self.parts[partition]
 
     def partition_of(self, host: str) -> int:
         return host_partition(host, len(self.parts))
@@ -852,6 +852,8 @@ class PartitionedFrontier:
         groups: dict[int, list[str]] = defaultdict(list)
         for token in tokens:
             partition, lease_id = split_lease(token)
+            if partition >= len(self.parts):  # not one of ours: "@" in an id
+                partition, lease_id = 0, token
             groups[partition].append(lease_id)
         return groups
 

@@ -76,9 +76,23 @@ def test_every_partition_has_the_hosts_a_stable_hash_gives_it() -> None:
 def test_one_partition_keeps_todays_key_names() -> None:
     assert FrontierKeys("web", 0).ready == "web:{web}:ready"
     assert host_lock("web", "http://a.test:80") == "web:{web}:lock:http://a.test:80"
-    assert partition_tag("web", 3) == "{web:p3}"
+    assert partition_tag("web", 1, 2).startswith("{web:p1")
     assert lease_token(0, "w:1") == "w:1"
     assert split_lease(lease_token(3, "w-host-1:17")) == (3, "w-host-1:17")
+
+
+@pytest.mark.parametrize("masters", [2, 3, 5])
+@pytest.mark.parametrize("partitions", [1, 2, 3, 4, 6, 8, 16, 31])
+def test_partitions_spread_over_the_masters_of_a_cluster(
+    masters: int, partitions: int
+) -> None:
+    """Masters holding equal slot ranges (``redis-cli --cluster create``)
+    get every partition they can: all of them once P >= N, and no master
+    more than one above its share."""
+    tags = [partition_tag("web", i, partitions) for i in range(partitions)]
+    per_master = Counter(key_slot(t.encode()) * masters // 16384 for t in tags)
+    assert len(per_master) == min(masters, partitions)
+    assert max(per_master.values()) <= -(-partitions // masters) + 1
 
 
 def test_keys_land_in_one_slot_per_partition(
@@ -103,7 +117,7 @@ def test_keys_land_in_one_slot_per_partition(
     slots: dict[int, set[int]] = {}
     for key in keys:
         tag = key[key.index("{") + 1 : key.index("}")]
-        partition = int(tag.split(":p")[1]) if ":p" in tag else 0
+        partition = int(tag.split(":p")[1].split(".")[0]) if ":p" in tag else 0
         slots.setdefault(partition, set()).add(key_slot(key.encode()))
     # Every partition is used, each in exactly one slot, four distinct slots.
     assert sorted(slots) == list(range(P))
@@ -111,9 +125,9 @@ def test_keys_land_in_one_slot_per_partition(
     assert len(set().union(*slots.values())) == P
     # A host's queue, record and lock share its partition's slot.
     for h in HOSTS:
-        k = FrontierKeys("web", host_partition(h, P))
+        k = FrontierKeys("web", host_partition(h, P), P)
         assert key_slot(k.host(h).encode()) == key_slot(k.ready.encode())
-        assert key_slot(host_lock("web", h, k.partition).encode()) == key_slot(
+        assert key_slot(host_lock("web", h, k.partition, P).encode()) == key_slot(
             k.queue(h).encode()
         )
         assert redis_client.exists(k.host(h))
@@ -307,7 +321,7 @@ def test_pause_status_and_dlq_see_every_partition(
         assert (await gather_status(settings))["dlq_by_reason"] == {"http_4xx": 8}
         assert await dlq.requeue() == 8
         for h in HOSTS[:8]:
-            k = FrontierKeys("web", host_partition(h, P))
+            k = FrontierKeys("web", host_partition(h, P), P)
             members = await client.zrange(k.queue(h), 0, -1)
             assert h.removesuffix(":80") + "/gone" in {url_of(m) for m in members}
         # reset counts and deletes every partition's keys.
@@ -343,7 +357,7 @@ def test_write_ahead_batches_are_json_per_partition(
     run(redis_url, body)
     total = 0
     for p in range(P):
-        raw = redis_client.hget(FrontierKeys("web", p).wal("w1"), "e1")
+        raw = redis_client.hget(FrontierKeys("web", p, P).wal("w1"), "e1")
         batch = json.loads(raw) if raw else []
         assert all(host_partition(r[0], P) == p for r in batch)
         total += len(batch)
