@@ -15,6 +15,7 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from extensions import config
+from extensions import frontier as frontier_module
 from extensions.dlq import DeadLetter, DeadLetters
 from extensions.frontier import (
     PartitionedFrontier,
@@ -362,3 +363,31 @@ def test_write_ahead_batches_are_json_per_partition(
         assert all(host_partition(r[0], P) == p for r in batch)
         total += len(batch)
     assert total == len(HOSTS)
+
+
+def test_an_idle_worker_does_not_spin_on_empty_partitions(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition with nothing due is asked once, then skipped until its
+    re-check (judged on Redis's own count of script calls); the batch says
+    when to come back, so the scheduler sleeps instead of polling."""
+    monkeypatch.setattr(frontier_module, "PARTITION_RECHECK", 60.0)
+
+    async def body(client: aredis.Redis) -> None:
+        f = PartitionedFrontier(client, "web", P, Worker("w1", 60_000, 60_000))
+        host = next(h for h in HOSTS if host_partition(h, P) == 1)
+        await f.commit([q(host, f"/{i}") for i in range(3)])
+        await f.parts[0].lease(0)  # the lease script is loaded (SCRIPT LOAD)
+        redis_client.config_resetstat()
+        got = []
+        for _ in range(10):
+            batch = await f.lease(5)
+            got += batch.leases
+        # One lease from the host, which then waits out its 60 s delay: the
+        # three empty partitions were asked once each, partition 1 twice.
+        assert len(got) == 1
+        stats = redis_client.info("commandstats")
+        assert stats["cmdstat_evalsha"]["calls"] == P + 1
+        assert 59_000 < batch.wait_ms <= 60_000
+
+    run(redis_url, body)
