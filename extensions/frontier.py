@@ -784,6 +784,17 @@ def split_lease(token: str) -> tuple[int, str]:
     return 0, token
 
 
+class PartitionMismatch(ValueError):
+    """A worker's ``FRONTIER_PARTITIONS`` is not the one its crawl's keys
+    were written with."""
+
+
+async def recorded_partitions(client: aredis.Redis, prefix: str) -> int | None:
+    """The partition count a crawl's first worker recorded (None: none yet)."""
+    value = await client.get(FrontierKeys(prefix).partitions)
+    return None if value is None else int(value)
+
+
 class PartitionedFrontier:
     """The frontier of a crawl in ``partitions`` partitions (``FRONTIER_PARTITIONS``).
 
@@ -840,6 +851,31 @@ class PartitionedFrontier:
     @property
     def worker(self) -> Worker:
         return self.parts[0].worker
+
+    async def pin(self) -> None:
+        """Record this crawl's partition count, or check it against the one
+        recorded: a host must map to one partition on every worker, or two
+        records and two locks would exist for it (a politeness breach).
+
+        A crawl without a record whose partition 0 holds frontier work was
+        written by a worker of before partitions, with one partition.
+        Raises :class:`PartitionMismatch`.
+        """
+        k, p = self.keys, len(self.parts)
+        recorded = await recorded_partitions(self.client, self.prefix)
+        legacy = (k.ready, k.leases, k.delayed)
+        if recorded is None and p > 1 and await self.client.exists(*legacy):
+            recorded = 1
+        if recorded is None:
+            await self.client.set(k.partitions, p, nx=True)
+            recorded = await recorded_partitions(self.client, self.prefix)
+        if recorded is not None and recorded != p:
+            raise PartitionMismatch(
+                f"FRONTIER_PARTITIONS={p}, but crawl {self.prefix!r} was "
+                f"started with {recorded}: run every worker with "
+                f"FRONTIER_PARTITIONS={recorded}, or start the crawl afresh "
+                f"(scrapy reset)"
+            )
 
     def part(self, partition: int) -> Frontier:
         """The frontier of one partition."""

@@ -7,15 +7,16 @@ Bloom shards) carry their own tag or none, so a cluster spreads them.
 
 Partitions (``FRONTIER_PARTITIONS`` = P): each host belongs to one partition
 (:func:`extensions.hosts.host_partition`), and every ``web:{web}:...`` key of
-the table but four exists once per partition, under that partition's tag:
+the table but five exists once per partition, under that partition's tag:
 partition 0 keeps ``{web}`` (so P=1 is exactly the one-partition layout), and
 partition i > 0 uses ``{web:p<i>}`` or ``{web:p<i>.<n>}``
 (``web:{web:p2.1}:q:<host>``), a tag no other key family uses (the Bloom
 shards' ``{web:<n>}`` has no ``p``); :func:`partition_tag` picks ``n`` so the
-partitions spread evenly over a cluster's slots. The four are the dead-letter
+partitions spread evenly over a cluster's slots. The five are the dead-letter
 queue (``dlq``, ``dlq:reasons``) and the recrawl schedule (``recrawl``,
-``recrawl:data``): keyed by URL, never touched with a host's queue, they stay
-in partition 0's ``{web}`` slot whatever P is. A host's download lock
+``recrawl:data``), keyed by URL and never touched with a host's queue, and
+``partitions``, the partition count itself: they stay in partition 0's
+``{web}`` slot whatever P is. A host's download lock
 ``lock:<id>`` lives in its host's partition (the lock script reads the host
 record with it).
 
@@ -50,6 +51,8 @@ key                             type    what it holds
 ``web:{web}:poison``            LIST    malformed entries moved aside (JSON:
                                         key, field, entry, length, reason);
                                         the newest 10,000
+``web:{web}:partitions``        STRING  the crawl's ``FRONTIER_PARTITIONS``,
+                                        set by its first worker
 ``web:{web}:poison:<key>``      any     a frontier key of the wrong type,
                                         renamed aside
 ``web:{web}:recrawl``           ZSET    stored URL -> its next visit (ms)
@@ -175,6 +178,7 @@ class FrontierKeys:
         self.dlq_reasons = base + "dlq:reasons"
         self.recrawl = base + "recrawl"
         self.recrawl_data = base + "recrawl:data"
+        self.partitions = base + "partitions"
 
     def queue(self, host: str) -> str:
         return self.queue_prefix + host

@@ -19,6 +19,7 @@ from extensions import frontier as frontier_module
 from extensions.dlq import DeadLetter, DeadLetters
 from extensions.frontier import (
     PartitionedFrontier,
+    PartitionMismatch,
     QueuedRequest,
     Worker,
     lease_token,
@@ -389,5 +390,41 @@ def test_an_idle_worker_does_not_spin_on_empty_partitions(
         stats = redis_client.info("commandstats")
         assert stats["cmdstat_evalsha"]["calls"] == P + 1
         assert 59_000 < batch.wait_ms <= 60_000
+
+    run(redis_url, body)
+
+
+def test_a_crawl_keeps_the_partition_count_it_started_with(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async def body(client: aredis.Redis) -> None:
+        await PartitionedFrontier(client, "web", P).pin()
+        await PartitionedFrontier(client, "web", P).pin()  # the same: fine
+        with pytest.raises(PartitionMismatch, match="started with 4"):
+            await PartitionedFrontier(client, "web", 2).pin()
+        with pytest.raises(PartitionMismatch):
+            await PartitionedFrontier(client, "web", 1).pin()
+        f = PartitionedFrontier(client, "web", P)
+        await f.commit([q(h, "/a") for h in HOSTS])
+        # The operator's settings lack the workers' count: the recorded wins.
+        operator = Settings({"REDIS_URL": redis_url, "WEBCRAWL_HOME": str(tmp_path)})
+        install_defaults(operator)
+        assert (await gather_status(operator))["queued"] == len(HOSTS)
+        # Start afresh: any count again.
+        await f.flush()
+        await PartitionedFrontier(client, "web", 2).pin()
+
+    run(redis_url, body)
+
+
+def test_partitions_refused_on_a_crawl_written_with_one(redis_url: str) -> None:
+    """Frontier work in ``{web}`` and no record: a crawl of before partitions."""
+
+    async def body(client: aredis.Redis) -> None:
+        await PartitionedFrontier(client, "web", 1).commit([q(HOSTS[0], "/a")])
+        await client.delete(FrontierKeys("web").partitions)
+        with pytest.raises(PartitionMismatch, match="started with 1"):
+            await PartitionedFrontier(client, "web", P).pin()
+        await PartitionedFrontier(client, "web", 1).pin()
 
     run(redis_url, body)
