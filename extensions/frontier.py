@@ -465,9 +465,10 @@ class Frontier:
         prefix: str,
         worker: Worker | None = None,
         partition: int = 0,
+        partitions: int = 1,
     ) -> None:
         self.client = client
-        self.keys = FrontierKeys(prefix, partition)
+        self.keys = FrontierKeys(prefix, partition, partitions)
         self._worker = worker
 
     @property
@@ -785,6 +786,17 @@ def split_lease(token: str) -> tuple[int, str]:
     return 0, token
 
 
+class PartitionMismatch(ValueError):
+    """A worker's ``FRONTIER_PARTITIONS`` is not the one its crawl's keys
+    were written with."""
+
+
+async def recorded_partitions(client: aredis.Redis, prefix: str) -> int | None:
+    """The partition count a crawl's first worker recorded (None: none yet)."""
+    value = await client.get(FrontierKeys(prefix).partitions)
+    return None if value is None else int(value)
+
+
 class PartitionedFrontier:
     """The frontier of a crawl in ``partitions`` partitions (``FRONTIER_PARTITIONS``).
 
@@ -825,7 +837,9 @@ class PartitionedFrontier:
             raise ValueError(f"partitions must be >= 1, not {partitions}")
         self.client = client
         self.prefix = prefix
-        self.parts = [Frontier(client, prefix, worker, p) for p in range(partitions)]
+        self.parts = [
+            Frontier(client, prefix, worker, p, partitions) for p in range(partitions)
+        ]
         # Partition 0's keys: the crawl-wide ones (dead letters, recrawl).
         self.keys = self.parts[0].keys
         self._worker = worker
@@ -840,12 +854,34 @@ class PartitionedFrontier:
     def worker(self) -> Worker:
         return self.parts[0].worker
 
+    async def pin(self) -> None:
+        """Record this crawl's partition count, or check it against the one
+        recorded: a host must map to one partition on every worker, or two
+        records and two locks would exist for it (a politeness breach).
+
+        A crawl without a record whose partition 0 holds frontier work was
+        written by a worker of before partitions, with one partition.
+        Raises :class:`PartitionMismatch`.
+        """
+        k, p = self.keys, len(self.parts)
+        recorded = await recorded_partitions(self.client, self.prefix)
+        legacy = (k.ready, k.leases, k.delayed)
+        if recorded is None and p > 1 and await self.client.exists(*legacy):
+            recorded = 1
+        if recorded is None:
+            await self.client.set(k.partitions, p, nx=True)
+            recorded = await recorded_partitions(self.client, self.prefix)
+        if recorded is not None and recorded != p:
+            raise PartitionMismatch(
+                f"FRONTIER_PARTITIONS={p}, but crawl {self.prefix!r} was "
+                f"started with {recorded}: run every worker with "
+                f"FRONTIER_PARTITIONS={recorded}, or start the crawl afresh "
+                f"(scrapy reset)"
+            )
+
     def part(self, partition: int) -> Frontier:
-        """The frontier of one partition (one beyond the count, e.g. a lease
-        from a run with more partitions, is built on demand)."""
-        if partition < len(self.parts):
-            return self.parts[partition]
-        return Frontier(self.client, self.prefix, self._worker, partition)
+        """The frontier of one partition."""
+        return self.parts[partition]
 
     def partition_of(self, host: str) -> int:
         return host_partition(host, len(self.parts))
@@ -854,6 +890,8 @@ class PartitionedFrontier:
         groups: dict[int, list[str]] = defaultdict(list)
         for token in tokens:
             partition, lease_id = split_lease(token)
+            if partition >= len(self.parts):  # not one of ours: "@" in an id
+                partition, lease_id = 0, token
             groups[partition].append(lease_id)
         return groups
 

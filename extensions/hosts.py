@@ -316,7 +316,7 @@ class HostRecords:
     def record(self, hostkey: str) -> str:
         """The key of a host's record, in its partition."""
         partition = host_partition(hostkey, self.partitions)
-        return FrontierKeys(self.prefix, partition).host(hostkey)
+        return FrontierKeys(self.prefix, partition, self.partitions).host(hostkey)
 
     async def set_delay(self, hostkey: str, delay_ms: int | None) -> None:
         """Set the host's minimum delay (None: remove it, the default applies)."""

@@ -127,9 +127,8 @@ class HostLock:
         self.tokens = TokenLock(client)
 
     def _key(self, lock_id: str) -> str:
-        return keys.host_lock(
-            self.prefix, lock_id, host_partition(lock_id, self.partitions)
-        )
+        partition = host_partition(lock_id, self.partitions)
+        return keys.host_lock(self.prefix, lock_id, partition, self.partitions)
 
     async def acquire(
         self,
@@ -144,7 +143,9 @@ class HostLock:
             keys=[
                 self._key(lock_id),
                 keys.FrontierKeys(
-                    self.prefix, host_partition(hostkey, self.partitions)
+                    self.prefix,
+                    host_partition(hostkey, self.partitions),
+                    self.partitions,
                 ).host(hostkey),
             ],
             args=[token, int(default_ms), int(self.quiet_ms), int(hold_ms)],

@@ -260,6 +260,9 @@ class RedisScheduler(BaseScheduler):
         sig.connect(self._on_request_dropped, signal=signals.request_dropped)
         if self.flush_on_start:
             await self._retrying(self._flush_keys)
+        # A crawl keeps the partition count it was started with (the same
+        # host in two partitions would have two locks).
+        await self._retrying(self.frontier.pin)
         await _maybe_await(self.dupefilter.open())
         logger.info(
             "Frontier %r opened as worker %s (persist=%s)",

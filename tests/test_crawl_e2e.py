@@ -118,30 +118,35 @@ def test_fleet_politeness(redis_url: str, tmp_path: Path) -> None:
     assert max(report.robots_fetches().values()) == 1
 
 
-def in_flight(redis_url: str, pid: int) -> int:
+def in_flight(redis_url: str, pid: int, partitions: int = 1) -> int:
     """Requests worker ``pid`` holds in Redis: its leases and its batches
-    written ahead of the dupefilter."""
+    written ahead of the dupefilter, in every partition."""
     client = redis.Redis.from_url(redis_url)
     try:
         prefix = f"{socket.gethostname()}-{pid}-"
-        keys = FrontierKeys("web")
-        leases = sum(
-            1
-            for lease in client.hkeys(keys.lease_data)
-            if lease.decode().startswith(prefix)
-        )
-        batches = 0
-        for wal in client.scan_iter(match=keys.wal_prefix + prefix + "*"):
-            batches += sum(len(json.loads(v)) for v in client.hvals(wal))
+        leases = batches = 0
+        for p in range(partitions):
+            keys = FrontierKeys("web", p, partitions)
+            leases += sum(
+                1
+                for lease in client.hkeys(keys.lease_data)
+                if lease.decode().startswith(prefix)
+            )
+            for wal in client.scan_iter(match=keys.wal_prefix + prefix + "*"):
+                batches += sum(len(json.loads(v)) for v in client.hvals(wal))
         return leases + batches
     finally:
         client.close()
 
 
-def test_sigkilled_workers_lose_nothing(redis_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("partitions", [1, 4])
+def test_sigkilled_workers_lose_nothing(
+    redis_url: str, tmp_path: Path, partitions: int
+) -> None:
     spec = SiteSpec(seed=11, hosts=20, pages_per_host=15)
     settings = {"DOWNLOAD_DELAY": 0.05, "FRONTIER_LEASE_TIMEOUT": 3,
-                "FRONTIER_HEARTBEAT_INTERVAL": 1}  # fmt: skip
+                "FRONTIER_HEARTBEAT_INTERVAL": 1,
+                "FRONTIER_PARTITIONS": partitions}  # fmt: skip
     held_at_kill: list[int] = []
 
     def chaos(procs: list[Any], web: SandboxProcess) -> None:
@@ -149,7 +154,7 @@ def test_sigkilled_workers_lose_nothing(redis_url: str, tmp_path: Path) -> None:
         for n in range(3):
             time.sleep(rng.uniform(1.0, 3.0))
             victim = rng.randrange(len(procs))
-            held_at_kill.append(in_flight(redis_url, procs[victim].pid))
+            held_at_kill.append(in_flight(redis_url, procs[victim].pid, partitions))
             stop(procs[victim])
             procs[victim] = start_worker(
                 {**worker_settings, **settings},

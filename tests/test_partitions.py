@@ -15,9 +15,11 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from extensions import config
+from extensions import frontier as frontier_module
 from extensions.dlq import DeadLetter, DeadLetters
 from extensions.frontier import (
     PartitionedFrontier,
+    PartitionMismatch,
     QueuedRequest,
     Worker,
     lease_token,
@@ -76,9 +78,23 @@ def test_every_partition_has_the_hosts_a_stable_hash_gives_it() -> None:
 def test_one_partition_keeps_todays_key_names() -> None:
     assert FrontierKeys("web", 0).ready == "web:{web}:ready"
     assert host_lock("web", "http://a.test:80") == "web:{web}:lock:http://a.test:80"
-    assert partition_tag("web", 3) == "{web:p3}"
+    assert partition_tag("web", 1, 2).startswith("{web:p1")
     assert lease_token(0, "w:1") == "w:1"
     assert split_lease(lease_token(3, "w-host-1:17")) == (3, "w-host-1:17")
+
+
+@pytest.mark.parametrize("masters", [2, 3, 5])
+@pytest.mark.parametrize("partitions", [1, 2, 3, 4, 6, 8, 16, 31])
+def test_partitions_spread_over_the_masters_of_a_cluster(
+    masters: int, partitions: int
+) -> None:
+    """Masters holding equal slot ranges (``redis-cli --cluster create``)
+    get every partition they can: all of them once P >= N, and no master
+    more than one above its share."""
+    tags = [partition_tag("web", i, partitions) for i in range(partitions)]
+    per_master = Counter(key_slot(t.encode()) * masters // 16384 for t in tags)
+    assert len(per_master) == min(masters, partitions)
+    assert max(per_master.values()) <= -(-partitions // masters) + 1
 
 
 def test_keys_land_in_one_slot_per_partition(
@@ -103,7 +119,7 @@ def test_keys_land_in_one_slot_per_partition(
     slots: dict[int, set[int]] = {}
     for key in keys:
         tag = key[key.index("{") + 1 : key.index("}")]
-        partition = int(tag.split(":p")[1]) if ":p" in tag else 0
+        partition = int(tag.split(":p")[1].split(".")[0]) if ":p" in tag else 0
         slots.setdefault(partition, set()).add(key_slot(key.encode()))
     # Every partition is used, each in exactly one slot, four distinct slots.
     assert sorted(slots) == list(range(P))
@@ -111,9 +127,9 @@ def test_keys_land_in_one_slot_per_partition(
     assert len(set().union(*slots.values())) == P
     # A host's queue, record and lock share its partition's slot.
     for h in HOSTS:
-        k = FrontierKeys("web", host_partition(h, P))
+        k = FrontierKeys("web", host_partition(h, P), P)
         assert key_slot(k.host(h).encode()) == key_slot(k.ready.encode())
-        assert key_slot(host_lock("web", h, k.partition).encode()) == key_slot(
+        assert key_slot(host_lock("web", h, k.partition, P).encode()) == key_slot(
             k.queue(h).encode()
         )
         assert redis_client.exists(k.host(h))
@@ -307,7 +323,7 @@ def test_pause_status_and_dlq_see_every_partition(
         assert (await gather_status(settings))["dlq_by_reason"] == {"http_4xx": 8}
         assert await dlq.requeue() == 8
         for h in HOSTS[:8]:
-            k = FrontierKeys("web", host_partition(h, P))
+            k = FrontierKeys("web", host_partition(h, P), P)
             members = await client.zrange(k.queue(h), 0, -1)
             assert h.removesuffix(":80") + "/gone" in {url_of(m) for m in members}
         # reset counts and deletes every partition's keys.
@@ -343,8 +359,72 @@ def test_write_ahead_batches_are_json_per_partition(
     run(redis_url, body)
     total = 0
     for p in range(P):
-        raw = redis_client.hget(FrontierKeys("web", p).wal("w1"), "e1")
+        raw = redis_client.hget(FrontierKeys("web", p, P).wal("w1"), "e1")
         batch = json.loads(raw) if raw else []
         assert all(host_partition(r[0], P) == p for r in batch)
         total += len(batch)
     assert total == len(HOSTS)
+
+
+def test_an_idle_worker_does_not_spin_on_empty_partitions(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition with nothing due is asked once, then skipped until its
+    re-check (judged on Redis's own count of script calls); the batch says
+    when to come back, so the scheduler sleeps instead of polling."""
+    monkeypatch.setattr(frontier_module, "PARTITION_RECHECK", 60.0)
+
+    async def body(client: aredis.Redis) -> None:
+        f = PartitionedFrontier(client, "web", P, Worker("w1", 60_000, 60_000))
+        host = next(h for h in HOSTS if host_partition(h, P) == 1)
+        await f.commit([q(host, f"/{i}") for i in range(3)])
+        await f.parts[0].lease(0)  # the lease script is loaded (SCRIPT LOAD)
+        redis_client.config_resetstat()
+        got = []
+        for _ in range(10):
+            batch = await f.lease(5)
+            got += batch.leases
+        # One lease from the host, which then waits out its 60 s delay: the
+        # three empty partitions were asked once each, partition 1 twice.
+        assert len(got) == 1
+        stats = redis_client.info("commandstats")
+        assert stats["cmdstat_evalsha"]["calls"] == P + 1
+        assert 59_000 < batch.wait_ms <= 60_000
+
+    run(redis_url, body)
+
+
+def test_a_crawl_keeps_the_partition_count_it_started_with(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async def body(client: aredis.Redis) -> None:
+        await PartitionedFrontier(client, "web", P).pin()
+        await PartitionedFrontier(client, "web", P).pin()  # the same: fine
+        with pytest.raises(PartitionMismatch, match="started with 4"):
+            await PartitionedFrontier(client, "web", 2).pin()
+        with pytest.raises(PartitionMismatch):
+            await PartitionedFrontier(client, "web", 1).pin()
+        f = PartitionedFrontier(client, "web", P)
+        await f.commit([q(h, "/a") for h in HOSTS])
+        # The operator's settings lack the workers' count: the recorded wins.
+        operator = Settings({"REDIS_URL": redis_url, "WEBCRAWL_HOME": str(tmp_path)})
+        install_defaults(operator)
+        assert (await gather_status(operator))["queued"] == len(HOSTS)
+        # Start afresh: any count again.
+        await f.flush()
+        await PartitionedFrontier(client, "web", 2).pin()
+
+    run(redis_url, body)
+
+
+def test_partitions_refused_on_a_crawl_written_with_one(redis_url: str) -> None:
+    """Frontier work in ``{web}`` and no record: a crawl of before partitions."""
+
+    async def body(client: aredis.Redis) -> None:
+        await PartitionedFrontier(client, "web", 1).commit([q(HOSTS[0], "/a")])
+        await client.delete(FrontierKeys("web").partitions)
+        with pytest.raises(PartitionMismatch, match="started with 1"):
+            await PartitionedFrontier(client, "web", P).pin()
+        await PartitionedFrontier(client, "web", 1).pin()
+
+    run(redis_url, body)

@@ -3,7 +3,7 @@
 
 Settings read: ``REDIS_URL``/``WEBCRAWL_HOME`` (the Redis of the crawl),
 ``FRONTIER_LEASE_TIMEOUT`` (a worker silent that long is dead),
-``FRONTIER_PARTITIONS`` (the frontier's partitions, all read), the Bloom
+``FRONTIER_PARTITIONS`` (unless the crawl's workers recorded theirs), the Bloom
 settings (``BLOOM_*``) and the page store settings (``PAGE_STORE``,
 ``MONGO_URI``, ``SQLITE_PATH``).
 
@@ -35,7 +35,7 @@ from extensions.connection import (
 from extensions.dlq import DeadLetters
 from extensions.embedded_redis import embedded_unless_configured
 from extensions.fleetstats import fleet_view
-from extensions.frontier import PartitionedFrontier
+from extensions.frontier import PartitionedFrontier, recorded_partitions
 from extensions.keys import (
     FrontierKeys,
     bloom_meta,
@@ -105,11 +105,22 @@ def client_for(settings: BaseSettings) -> aredis.Redis:
     return new_async_client(settings)
 
 
-def frontier_of(
+async def partitions_of(
+    settings: BaseSettings, client: aredis.Redis, crawl: str
+) -> int:
+    """The crawl's partition count: the one its workers recorded, else
+    ``FRONTIER_PARTITIONS`` (an operator's settings may lack the workers')."""
+    recorded = await recorded_partitions(client, crawl)
+    return recorded or settings.getint("FRONTIER_PARTITIONS")
+
+
+async def frontier_of(
     settings: BaseSettings, client: aredis.Redis, crawl: str
 ) -> PartitionedFrontier:
-    """The crawl's frontier over all its partitions (``FRONTIER_PARTITIONS``)."""
-    return PartitionedFrontier(client, crawl, settings.getint("FRONTIER_PARTITIONS"))
+    """The crawl's frontier over all its partitions."""
+    return PartitionedFrontier(
+        client, crawl, await partitions_of(settings, client, crawl)
+    )
 
 
 # -- status --------------------------------------------------------------------
@@ -121,7 +132,7 @@ async def gather_status(
     """Every figure of ``scrapy status``, as one JSON-ready dict."""
     client = client_for(settings)
     try:
-        frontier = frontier_of(settings, client, crawl)
+        frontier = await frontier_of(settings, client, crawl)
         alive_ms = int(settings.getfloat("FRONTIER_LEASE_TIMEOUT") * 1000)
         fv = await frontier.overview()
         fleet = await fleet_view(client, crawl, alive_ms, frontier)
@@ -349,7 +360,7 @@ async def set_paused(
     """Pause or resume the fleet; False when it already was in that state."""
     client = client_for(settings)
     try:
-        frontier = frontier_of(settings, client, crawl)
+        frontier = await frontier_of(settings, client, crawl)
         return await (frontier.pause() if paused else frontier.resume())
     finally:
         await client.aclose()
