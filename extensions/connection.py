@@ -56,7 +56,7 @@ from extensions.config import SettingsError, setting_or_env
 from extensions.redact import redact_url
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
@@ -233,13 +233,53 @@ def sync_client(settings: BaseSettings) -> redis.Redis:
     return redis.Redis.from_url(url, **_CLIENT_OPTIONS)
 
 
+class _ClusterConnection(aredis.Connection):
+    """redis-py's asyncio connection, with one known bug turned back into the
+    error it stands for.
+
+    A write on a connection whose peer closed it (a master SIGKILLed, its
+    socket reset) raises ``AttributeError: 'NoneType' object has no attribute
+    'writelines'`` or a ``TypeError`` from the transport in redis-py 8.1
+    (redis/redis-py#4287) instead of a ``ConnectionError``: it bypasses the
+    cluster client's retries and slot-map refresh, and our handling of
+    transient errors, and a page was lost in the failover test. Only when the
+    connection is in fact gone does it become a ``ConnectionError``; any
+    other ``AttributeError`` or ``TypeError`` is a bug and surfaces.
+    """
+
+    async def send_packed_command(
+        self, command: bytes | str | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        try:
+            await super().send_packed_command(command, check_health)
+        except (AttributeError, TypeError) as exc:
+            writer = self._writer
+            if writer is not None and not writer.transport.is_closing():
+                raise
+            await self.disconnect(nowait=True)
+            raise RedisConnectionError(
+                f"connection to {self.host}:{self.port} closed under a write"
+            ) from exc
+
+
+def _cluster_client(url: str) -> AsyncRedisCluster:
+    client = AsyncRedisCluster.from_url(url, **_CLIENT_OPTIONS)
+    # The cluster client takes no connection class: set it where its node
+    # manager builds every node's connections (one dict, shared), and on the
+    # nodes already built from the URL.
+    client.connection_kwargs["connection_class"] = _ClusterConnection
+    for node in client.nodes_manager.startup_nodes.values():
+        node.connection_class = _ClusterConnection
+    return client
+
+
 def new_async_client(settings: BaseSettings) -> aredis.Redis:
     """A new asyncio client (a cluster client when ``REDIS_CLUSTER`` is set or
     the start-up check found a cluster). Never probes: safe on the reactor."""
     url = resolve_redis_url(settings)
     if settings.getbool("REDIS_CLUSTER") or _CLUSTER_URLS.get(url):
         logger.info("Connecting to the Redis Cluster at %s", redact_url(url))
-        return cast("aredis.Redis", AsyncRedisCluster.from_url(url, **_CLIENT_OPTIONS))
+        return cast("aredis.Redis", _cluster_client(url))
     logger.info("Connecting to Redis at %s", redact_url(url))
     return aredis.Redis.from_url(url, **_CLIENT_OPTIONS)
 

@@ -241,7 +241,10 @@ def test_crawl_completes_after_a_master_is_sigkilled(tmp_path: Path) -> None:
     try:
         report = crawl_sandbox(
             spec, nodes.url, tmp_path, workers=2,
+            # A lease whose reply died with the master is taken back once it
+            # expires: a short lease keeps the test short.
             settings={"DOWNLOAD_DELAY": 0.05, "REDIS_RETRY_INITIAL": 0.2,
+                      "FRONTIER_LEASE_TIMEOUT": 8, "FRONTIER_HEARTBEAT_INTERVAL": 2,
                       "REDIS_RETRY_MAX": 1.0, "FRONTIER_PARTITIONS": PARTITIONS},
             during=kill_master, timeout=300,
         )  # fmt: skip
