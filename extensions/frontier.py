@@ -34,6 +34,10 @@ queues. A worker that dies after scheduling a retry loses nothing.
 Every multi-key step is one Lua script; times come from Redis ``TIME``, never
 from worker clocks. The scripts build per-host key names from the hash-tagged
 prefix, so on a Redis Cluster they stay in the ``{prefix}`` slot.
+
+A :class:`Frontier` is one partition; :class:`PartitionedFrontier` splits a
+crawl into ``FRONTIER_PARTITIONS`` of them, each under its own hash tag
+(:func:`extensions.keys.partition_tag`), and routes by host and by lease.
 """
 
 from __future__ import annotations
