@@ -27,6 +27,7 @@ from extensions.frontier import (
 )
 from extensions.hosts import HostRecords, host_partition
 from extensions.keys import FrontierKeys, host_lock, partition_tag
+from extensions.metrics import PrometheusMetrics
 from extensions.politeness import HostLock, PolitenessMiddleware
 from extensions.serialization import request_from_bytes, request_to_bytes
 from tests.utils import get_crawler
@@ -428,3 +429,22 @@ def test_partitions_refused_on_a_crawl_written_with_one(redis_url: str) -> None:
         await PartitionedFrontier(client, "web", 1).pin()
 
     run(redis_url, body)
+
+
+def test_metrics_gauges_sum_the_partitions(redis_url: str) -> None:
+    crawler = get_crawler(settings_dict={"REDIS_URL": redis_url, "METRICS_PORT": 1})
+    metrics = PrometheusMetrics(crawler)  # never served: no port is bound
+
+    async def body(client: aredis.Redis) -> None:
+        f = PartitionedFrontier(client, "web", P, worker("w1"))
+        await f.commit([q(h, f"/{i}") for h in HOSTS for i in range(2)])
+        assert len((await f.lease(10)).leases) == 10
+        await metrics.refresh_frontier(f)
+        ready.extend([await client.zcard(part.keys.ready) for part in f.parts])
+
+    ready: list[int] = []
+    run(redis_url, body)
+    assert metrics.gauges["webcrawl_frontier_queued"] == 2 * len(HOSTS) - 10
+    assert metrics.gauges["webcrawl_frontier_leases"] == 10
+    assert all(ready)  # hosts waiting in every partition, all counted
+    assert metrics.gauges["webcrawl_frontier_hosts_ready"] == sum(ready)
