@@ -27,9 +27,13 @@ from extensions.frontier import (
 )
 from extensions.hosts import HostRecords, host_partition
 from extensions.keys import FrontierKeys, host_lock, partition_tag
+from extensions.meta import FRONTIER_LEASE
 from extensions.metrics import PrometheusMetrics
 from extensions.politeness import HostLock, PolitenessMiddleware
 from extensions.serialization import request_from_bytes, request_to_bytes
+from extensions.signals import items_stored
+from pipelines.items import PageItem
+from tests.test_scheduler import make_crawler, opened
 from tests.utils import get_crawler
 from webcrawl.addon import install_defaults
 from webcrawl.operate import gather_status, reset, set_paused
@@ -39,6 +43,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     import redis
+    from scrapy.crawler import Crawler
+
+    from extensions.scheduler import RedisScheduler
 
 P = 4
 HOSTS = [f"http://h{i}.test:80" for i in range(24)]
@@ -448,3 +455,45 @@ def test_metrics_gauges_sum_the_partitions(redis_url: str) -> None:
     assert metrics.gauges["webcrawl_frontier_leases"] == 10
     assert all(ready)  # hosts waiting in every partition, all counted
     assert metrics.gauges["webcrawl_frontier_hosts_ready"] == sum(ready)
+
+
+def test_two_schedulers_share_a_partitioned_frontier(redis_url: str) -> None:
+    """Scrapy's scheduler contract over P=4: what one worker enqueues, the
+    two lease once each; acknowledged through the items_stored signal,
+    nothing stays leased; a third worker with another count may not join."""
+
+    async def body() -> None:
+        ca = make_crawler(redis_url, FRONTIER_PARTITIONS=P)
+        cb = make_crawler(redis_url, FRONTIER_PARTITIONS=P)
+        a, b = await opened(ca), await opened(cb)
+        urls = [h.removesuffix(":80") + f"/{i}" for h in HOSTS for i in range(3)]
+        for url in urls:
+            assert a.enqueue_request(Request(url))
+        got: list[tuple[RedisScheduler, Crawler, Request]] = []
+        for _ in range(1000):
+            for s, c in ((a, ca), (b, cb)):
+                request = s.next_request()
+                if request is not None:
+                    got.append((s, c, request))
+            if len(got) == len(urls):
+                break
+            await asyncio.sleep(0.01)
+        assert Counter(r.url for _, _, r in got) == Counter(urls)
+        assert {s for s, _, _ in got} == {a, b}  # both leased
+        for _, c, r in got:
+            item = PageItem(url=r.url, final_url=r.url, status=200,
+                            fingerprint="00", lease=r.meta[FRONTIER_LEASE])  # fmt: skip
+            c.signals.send_catch_log(items_stored, items=[item])
+        async with aredis.Redis.from_url(redis_url) as client:
+            f = PartitionedFrontier(client, "web", P)
+            for _ in range(500):
+                if await f.counts() == (0, 0):
+                    break
+                await asyncio.sleep(0.01)
+            assert await f.counts() == (0, 0)
+        with pytest.raises(PartitionMismatch):
+            await opened(make_crawler(redis_url, FRONTIER_PARTITIONS=2))
+        await a.close_async("finished")
+        await b.close_async("finished")
+
+    asyncio.run(body())
