@@ -810,10 +810,15 @@ class PartitionedFrontier:
     (its id says which, :func:`lease_token`).
 
     A commit whose requests and acknowledgements lie in one partition is one
-    script, as with one partition. Otherwise the requests are queued first
-    (each partition's with its write-ahead entry), then the leases are
-    acknowledged: a worker stopped in between leaves the parent leased, to
-    be reclaimed and fetched again, never a child lost (at least once).
+    script, as with one partition. Otherwise each partition's part (its
+    requests, its acknowledgements, its write-ahead entry) is one script, all
+    sent at once: a redirect whose child lies in another partition than its
+    parent's lease is then not atomic, but never lost. Should the worker stop
+    after the parent's lease ended and before the child was queued, the
+    child is still in its partition's write-ahead entry and a live worker
+    queues it; the other way round, the parent is reclaimed and fetched
+    again (at least once). Requests not written ahead are queued before any
+    lease ends.
 
     Leasing: round robin over the partitions, starting one further on each
     call and, per worker, at an offset from its id (so a fleet does not
@@ -918,14 +923,22 @@ class PartitionedFrontier:
         if len(touched) <= 1:
             p = touched.pop() if touched else 0
             res = await self.part(p).commit(queued.get(p, ()), acked.get(p, ()), wal)
-        else:
-            # Children first, each partition's with its write-ahead entry;
-            # then the parents' leases (at least once, never lost).
-            firsts = await asyncio.gather(
+        elif wal or not queued or not acked:
+            # Every partition's part at once: a child whose partition fails
+            # to commit after its parent's lease ended there is still in its
+            # write-ahead entry, which recovery queues (never lost).
+            parts = await asyncio.gather(
                 *(
-                    self.part(p).commit(queued.get(p, ()), (), wal)
-                    for p in sorted(set(queued) | logged)
+                    self.part(p).commit(queued.get(p, ()), acked.get(p, ()), wal)
+                    for p in sorted(touched)
                 )
+            )
+            res = (sum(a for a, _ in parts), sum(b for _, b in parts))
+        else:
+            # Children not written ahead: queue them first, then end the
+            # parents' leases (at least once, never lost).
+            firsts = await asyncio.gather(
+                *(self.part(p).commit(rs) for p, rs in sorted(queued.items()))
             )
             seconds = await asyncio.gather(
                 *(self.part(p).commit((), ids) for p, ids in sorted(acked.items()))
