@@ -26,9 +26,11 @@ budget is spent.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import random
 import time
+import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
@@ -40,6 +42,7 @@ from scrapy.exceptions import (
     DownloadTimeoutError,
     IgnoreRequest,
     NotConfigured,
+    ResponseDataLossError,
 )
 from twisted.internet import error as twisted_error
 from twisted.web.client import ResponseFailed
@@ -90,7 +93,9 @@ POLICIES: dict[str, Policy] = {
     # (RETRY_THROTTLED_TIME_BUDGET); the delay is the server's, capped.
     "retry_after": Policy(True, 0, 0.0, 0.0, 21600.0, "429 / 503 with Retry-After"),
     "too_large": Policy(False, note="over DOWNLOAD_MAXSIZE or the decompression limit"),
-    "unparseable": Policy(False, note="response the spider cannot parse"),
+    "unparseable": Policy(
+        False, note="a body that does not decode, or the spider fails on it"
+    ),
     "redirect_loop": Policy(False, note="redirect or meta refresh back into its chain"),
     "too_many_redirects": Policy(False, note="more than REDIRECT_MAX_TIMES redirects"),
 }  # fmt: skip
@@ -111,10 +116,31 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     twisted_error.ConnectionDone,
     twisted_error.TimeoutError,
     ResponseFailed,
+    # A body shorter than its Content-Length (the connection closed
+    # mid-body): Scrapy's RetryMiddleware retries it too.
+    ResponseDataLossError,
 )
 THROTTLE_CODES = frozenset({429, 503})
 # Statuses that are retried as connection trouble (Scrapy retries them too).
 TIMEOUT_CODES = frozenset({408})
+
+
+def _brotli_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from brotli import error as BrotliError
+    except ImportError:  # brotli is optional for Scrapy
+        return ()
+    return (BrotliError,)
+
+
+# A body whose Content-Encoding does not decode (a corrupt gzip, deflate or
+# brotli stream: Scrapy's HttpCompressionMiddleware raises these): the
+# response is unparseable, and fetching it again gives the same bytes.
+DECODE_ERRORS: tuple[type[BaseException], ...] = (
+    zlib.error,
+    gzip.BadGzipFile,
+    *_brotli_errors(),
+)
 
 
 def _tls_errors() -> tuple[type[BaseException], ...]:
@@ -126,6 +152,15 @@ def _tls_errors() -> tuple[type[BaseException], ...]:
 
 
 TLS_ERRORS = _tls_errors()
+# Everything a download may fail with that is not a bug: what a caller that
+# fetches on its own (the robots.txt middleware) catches, and nothing else.
+DOWNLOAD_ERRORS: tuple[type[BaseException], ...] = (
+    *DNS_ERRORS,
+    *CONNECTION_ERRORS,
+    *TLS_ERRORS,
+    *DECODE_ERRORS,
+    DownloadCancelledError,
+)
 
 
 def classify_exception(exc: BaseException) -> str | None:
@@ -145,6 +180,8 @@ def classify_exception(exc: BaseException) -> str | None:
     True
     >>> classify_exception(IgnoreRequest("max redirections reached"))
     'too_many_redirects'
+    >>> classify_exception(zlib.error("invalid code lengths set"))
+    'unparseable'
     """
     reason = getattr(exc, "failure_reason", None)
     if reason is None and isinstance(exc, IgnoreRequest):
@@ -172,6 +209,8 @@ def classify_exception(exc: BaseException) -> str | None:
         return "tls"
     if isinstance(exc, CONNECTION_ERRORS):
         return "connection"
+    if isinstance(exc, DECODE_ERRORS):
+        return "unparseable"
     return None
 
 

@@ -46,6 +46,7 @@ import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from lxml.etree import LxmlError
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import HtmlResponse, Response
@@ -393,21 +394,43 @@ class WebSpider(Spider):
         return any(host == d or host.endswith("." + d) for d in self.allowed_domains)
 
     def _sitemap_links(self, response: Response) -> Iterator[Request]:
-        body = gunzip_if_needed(response)
-        try:
-            sitemap = Sitemap(body)
-        except Exception:  # lxml's errors on hostile XML
-            self.crawler.stats.inc_value("web/sitemap_unparseable")
-            return
-        for entry in sitemap:
+        for entry in self._sitemap_entries(gunzip_if_needed(response)):
             loc = entry.get("loc")
-            if loc and self._in_scope(response.urljoin(loc)):
+            if not loc:
+                continue
+            try:
+                url = response.urljoin(loc)
+                in_scope = self._in_scope(url)
+            except ValueError:
+                # Not a URL (``http://[oops/``: urlsplit refuses it): skip
+                # the entry, not the rest of the sitemap.
+                assert self.crawler.stats is not None
+                self.crawler.stats.inc_value("web/sitemap_invalid_loc")
+                continue
+            if in_scope:
                 freq = entry.get("changefreq") if self.recrawl else None
                 yield Request(
-                    response.urljoin(loc),
+                    url,
                     errback=self.on_error,
                     meta={SITEMAP_CHANGEFREQ: freq} if freq else None,
                 )
+
+    def _sitemap_entries(self, body: bytes) -> Iterator[dict[str, Any]]:
+        """The entries of a sitemap, until the XML is past recovery.
+
+        Scrapy's :class:`~scrapy.utils.sitemap.Sitemap` parses lazily (lxml's
+        ``iterparse``, in recover mode): a document with no root element at
+        all (empty, binary, plain text) raises ``StopIteration`` when it is
+        opened, hostile XML an ``lxml.etree.LxmlError`` then or while it is
+        read. Those are counted (``web/sitemap_unparseable``) and end the
+        sitemap; any other error is a bug and surfaces.
+        """
+        try:
+            yield from Sitemap(body)
+        except (LxmlError, StopIteration):
+            stats = self.crawler.stats
+            assert stats is not None
+            stats.inc_value("web/sitemap_unparseable")
 
     def on_error(self, failure: Failure) -> Iterator[PageItem]:
         """The final-failure path of every request: the page is stored with
