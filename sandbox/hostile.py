@@ -48,6 +48,11 @@ content        ``/content/label-base64.html`` (``charset=base64`` in the header)
                a PNG, a zip and an extensionless ``application/octet-stream``
 manylinks      ``/many/links.html``: ``MANY_LINKS`` (100,000) links to
                ``/many/<N>.html`` (404), ~4 MB of HTML
+unparseable    ``UNPARSEABLE_PATHS``: ``/unparseable/gzip.html`` (``Content-Encoding:
+               gzip``, a gzip header over a corrupt deflate stream),
+               ``/unparseable/not-gzip.html`` (``gzip`` over plain bytes) and
+               ``/unparseable/br.html`` (``br`` over bytes no brotli decoder
+               takes): a response nobody can decode, the same every time
 etag           every page gets ``ETag``/``Last-Modified``; ``If-None-Match`` /
                ``If-Modified-Since`` get a 304 (see ``Site.page_response``)
 =============  =================================================================
@@ -81,6 +86,18 @@ BOMB_PATHS: dict[str, str] = {
     "/bomb.html": "gzip",
     "/bomb-deflate.html": "deflate",
     "/bomb-br.html": "br",
+}
+# path -> (Content-Encoding, body) of the responses that do not decode.
+UNPARSEABLE_PATHS = {
+    "/unparseable/gzip.html": (
+        "gzip",
+        b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + b"\xff" * 64,
+    ),
+    "/unparseable/not-gzip.html": (
+        "gzip",
+        b"<html><body>plain, not gzip</body></html>",
+    ),
+    "/unparseable/br.html": ("br", b"\xff\xff\xff\xff not a brotli stream"),
 }
 HUGE_SIZE = 20 * 1024**2
 NEAR_CHANGED_WORDS = 3
@@ -154,6 +171,7 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
     "encodings": tuple(ENCODING_PAGES),
     "bomb": tuple(BOMB_PATHS),
     "huge": ("/huge.html",),
+    "unparseable": tuple(UNPARSEABLE_PATHS),
     "duplicates": DUPLICATE_EXACT + DUPLICATE_NEAR,
     "etag": (),
     "content": (*HOSTILE_LABELS, "/content/files.html"),
@@ -308,6 +326,10 @@ class Hostile:
             return self.encoded(path)
         if "bomb" in f and path in BOMB_PATHS:
             return self.bomb(BOMB_PATHS[path])
+        if "unparseable" in f and path in UNPARSEABLE_PATHS:
+            encoding, body = UNPARSEABLE_PATHS[path]
+            headers = [("Content-Type", HTML), ("Content-Encoding", encoding)]
+            return Response(200, body, headers)
         if "huge" in f and path == "/huge.html":
             return self.site.page_response(self.huge(), req)
         if "failures" in f and path.startswith("/fail/"):

@@ -61,6 +61,7 @@ FEATURES = frozenset(
         "manylinks",
         "failures",
         "traps",
+        "unparseable",
     }
 )
 # Children per page in the spanning tree that makes every page reachable.
