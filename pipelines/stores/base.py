@@ -25,6 +25,13 @@ A store keeps two record kinds, after seed 000 section 4.6:
 Writes are idempotent upserts by ``_id``: a batch may be written twice (a retry
 after a connection dropped mid-flush) with the same result.
 
+``headers`` (non-HTML records: a PDF, an image...) holds the response's
+headers as a list of ``[name, value]`` pairs (names lower-cased, in the
+order received, ``Set-Cookie`` left out), at most
+:data:`pipelines.batching.HEADERS_MAX_BYTES` of them; None for HTML pages
+(their metadata is extracted) and failures. A list, not a mapping: a header
+may repeat, and a name is never a MongoDB field name.
+
 History (continuous crawling): each write of a page appends a visit to its
 metadata's ``history`` list (:func:`visit`: fetched at, status, content hash,
 changed or not), at most ``history_max`` (``PAGE_HISTORY_MAX``) of the most
@@ -77,6 +84,7 @@ METADATA_FIELDS: dict[str, str] = {
     "worker": "TEXT",
     "checked_at": "REAL",
     "history": "TEXT",
+    "headers": "TEXT",
 }
 CONTENT_FIELDS: dict[str, str] = {
     "_id": "TEXT PRIMARY KEY",

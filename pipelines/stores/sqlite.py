@@ -82,8 +82,12 @@ def _store_error(error: sqlite3.Error, what: str) -> Exception:
     return cls(f"sqlite {what}: {error}")
 
 
-# Metadata columns added with continuous crawling (pipelines.stores.base).
+# Metadata columns added with continuous crawling, then the headers of
+# non-HTML records (pipelines.stores.base): a store written before gains them.
 HISTORY_COLUMNS = ("checked_at", "history")
+ADDED_COLUMNS = (*HISTORY_COLUMNS, "headers")
+# Columns kept as JSON text (MongoDB keeps the lists themselves).
+JSON_COLUMNS = ("history", "headers")
 
 # The near-duplicate band index (see pipelines.stores.base): a page's rows go
 # with its metadata row, in the same transaction.
@@ -174,11 +178,12 @@ class SQLiteStore:
                     "CREATE INDEX IF NOT EXISTS pages_versions_page_id "
                     "ON pages_versions (page_id, fetched_at)"
                 )
-                # A store written before continuous crawling lacks its two
-                # columns: add them, empty. Older schemas are still refused.
+                # A store written before continuous crawling (or before
+                # headers were kept) lacks those columns: add them, empty.
+                # Older schemas are still refused.
                 have = {r[1] for r in conn.execute("PRAGMA table_info(pages_metadata)")}
                 if have and "worker" in have:
-                    for name in HISTORY_COLUMNS:
+                    for name in ADDED_COLUMNS:
                         if name not in have:
                             conn.execute(
                                 f"ALTER TABLE pages_metadata ADD COLUMN {name} "
@@ -248,6 +253,9 @@ class SQLiteStore:
                             **doc,
                             "checked_at": doc.get("fetched_at"),
                             "history": history,
+                            "headers": None
+                            if doc.get("headers") is None
+                            else json.dumps(doc["headers"]),
                         }
                         row = [full.get(n) for n in METADATA_FIELDS]
                         try:
@@ -393,8 +401,11 @@ class SQLiteStore:
         docs = []
         for row in rows:
             doc = {("_id" if k == "id" else k): row[k] for k in row.keys()}  # noqa: SIM118
-            # SQLite keeps the visit history as JSON text (MongoDB: a list).
+            # SQLite keeps the visit history and the headers as JSON text
+            # (MongoDB: lists).
             doc["history"] = json.loads(doc.get("history") or "[]")
+            if doc.get("headers") is not None:
+                doc["headers"] = json.loads(doc["headers"])
             docs.append(doc)
         return docs
 
