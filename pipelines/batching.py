@@ -184,6 +184,7 @@ def prepare_page(
         "has_content": False,
         "worker": item.worker,
         "headers": None,
+        "filtered": item.filtered,
     }
     page = PreparedPage(item, page_id, meta)
     if item.error or not body:

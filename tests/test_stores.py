@@ -192,6 +192,39 @@ def test_non_html_record_keeps_its_headers_html_none(store_factory: Any) -> None
         assert html is not None and html.metadata["headers"] is None
 
 
+def filtered_page(url: str, reason: str = "query_variants") -> Any:
+    return prepare_page(
+        PageItem(url, url, 0, f"fp-{url}", error=f"TrapFiltered: {reason}: full",
+                 filtered=reason)
+    )  # fmt: skip
+
+
+def test_a_filtered_record_never_replaces_a_stored_page(store_factory: Any) -> None:
+    """A trap budget (a HyperLogLog) refuses URLs it admitted before: their
+    filtered record must leave the fetched page alone, and stands alone for
+    a URL never fetched."""
+    store, reopen = store_factory
+    write(store, [page("http://a.test/kept")])
+    result = write(
+        store, [filtered_page("http://a.test/kept"), filtered_page("http://a.test/new")]
+    )
+    assert result.errors == []
+    s = reopen()
+    s.open(create=False)
+    kept = s.get_page("http://a.test/kept")
+    assert kept is not None and kept.metadata["status"] == 200
+    assert kept.metadata["filtered"] is None and kept.body
+    new = s.get_page("http://a.test/new")
+    assert new is not None and new.body is None
+    assert new.metadata["filtered"] == "query_variants"
+    assert new.metadata["status"] == 0 and "query_variants" in new.metadata["error"]
+    # A fetch of a URL on record as filtered replaces the filtered record.
+    write(s, [page("http://a.test/new")])
+    fetched = s.get_page("http://a.test/new")
+    assert fetched is not None and fetched.metadata["filtered"] is None
+    assert fetched.metadata["status"] == 200
+
+
 def test_duplicate_url_is_a_per_document_error(store_factory: Any) -> None:
     store, _ = store_factory
     write(store, [page("http://a.test/same", fp="one")])

@@ -32,6 +32,15 @@ order received, ``Set-Cookie`` left out), at most
 (their metadata is extracted) and failures. A list, not a mapping: a header
 may repeat, and a name is never a MongoDB field name.
 
+``filtered`` names the trap limit that refused a URL before it was ever
+requested (``host_budget``, ``query_variants``, ``url_too_long``...; see
+``extensions.traps``): a *filtered record*, metadata only, with the
+refusal in ``error``. It is written only where the page has no record yet:
+a filtered record never replaces a stored page (a trap budget, counted in
+a HyperLogLog, cannot tell a URL it admitted before), in one statement
+(SQLite ``ON CONFLICT DO NOTHING``, MongoDB ``$setOnInsert``), so two
+workers cannot race a fetched page out.
+
 History (continuous crawling): each write of a page appends a visit to its
 metadata's ``history`` list (:func:`visit`: fetched at, status, content hash,
 changed or not), at most ``history_max`` (``PAGE_HISTORY_MAX``) of the most
@@ -85,6 +94,7 @@ METADATA_FIELDS: dict[str, str] = {
     "checked_at": "REAL",
     "history": "TEXT",
     "headers": "TEXT",
+    "filtered": "TEXT",
 }
 CONTENT_FIELDS: dict[str, str] = {
     "_id": "TEXT PRIMARY KEY",

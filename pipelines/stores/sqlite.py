@@ -85,7 +85,7 @@ def _store_error(error: sqlite3.Error, what: str) -> Exception:
 # Metadata columns added with continuous crawling, then the headers of
 # non-HTML records (pipelines.stores.base): a store written before gains them.
 HISTORY_COLUMNS = ("checked_at", "history")
-ADDED_COLUMNS = (*HISTORY_COLUMNS, "headers")
+ADDED_COLUMNS = (*HISTORY_COLUMNS, "headers", "filtered")
 # Columns kept as JSON text (MongoDB keeps the lists themselves).
 JSON_COLUMNS = ("history", "headers")
 
@@ -121,6 +121,20 @@ def _upsert_sql(table: str, fields: dict[str, str]) -> str:
     )
 
 
+def _insert_sql(table: str, fields: dict[str, str]) -> str:
+    """An insert that leaves a stored row alone (a filtered record).
+
+    >>> _insert_sql("t", {"_id": "TEXT", "a": "TEXT"})
+    'INSERT INTO t (id, a) VALUES (?, ?) ON CONFLICT DO NOTHING'
+    """
+    cols = [_column(n) for n in fields]
+    marks = ", ".join("?" for _ in cols)
+    return (
+        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks}) "
+        "ON CONFLICT DO NOTHING"
+    )
+
+
 class SQLiteStore:
     """:class:`~pipelines.stores.base.PageStore` on a SQLite file.
 
@@ -140,6 +154,7 @@ class SQLiteStore:
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._meta_sql = _upsert_sql("pages_metadata", METADATA_FIELDS)
+        self._filtered_sql = _insert_sql("pages_metadata", METADATA_FIELDS)
         self._content_sql = _upsert_sql("pages_content", CONTENT_FIELDS)
 
     @classmethod
@@ -238,6 +253,17 @@ class SQLiteStore:
                                 self.history_max,
                             )
                         )
+                        if doc.get("filtered"):
+                            # Never over a stored page (see base): one
+                            # statement, whatever another worker wrote.
+                            full = {**doc, "checked_at": doc.get("fetched_at"),
+                                    "history": history}  # fmt: skip
+                            conn.execute(
+                                self._filtered_sql,
+                                [full.get(n) for n in METADATA_FIELDS],
+                            )
+                            written.add(doc["_id"])
+                            continue
                         if doc.get("status") == NOT_MODIFIED and previous:
                             # A visit only: the stored page and content stand.
                             conn.execute(

@@ -63,6 +63,7 @@ from extensions.meta import FRONTIER_LEASE, RECRAWL_RECORD, SITEMAP_CHANGEFREQ
 from extensions.seeds import SeedList, seed_url_limit
 from extensions.serialization import UnserializableRequest
 from extensions.signals import request_dead
+from extensions.traps import TrapFiltered
 from pipelines.items import PageItem
 from pipelines.processing import extract
 from webcrawl import defaults
@@ -457,9 +458,13 @@ class WebSpider(Spider):
             lease=request.meta.get(FRONTIER_LEASE),
             worker=self.worker,
             recrawl=request.meta.get(RECRAWL_RECORD),
+            # Refused before any request: the store keeps a stored page.
+            filtered=value.reason if isinstance(value, TrapFiltered) else None,
         )
 
     def _dead_letter(self, request: Request, value: BaseException | None) -> None:
+        if isinstance(value, TrapFiltered) and not value.dead_letter:
+            return  # a trap budget's refusal: a filtered record only
         record = request.meta.get(FAILURE_META) or {}
         status = None
         if isinstance(value, HttpError):
