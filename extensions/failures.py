@@ -49,6 +49,7 @@ from twisted.web.client import ResponseFailed
 
 from extensions import config, defaults
 from extensions.backoff import parse_retry_after
+from extensions.meta import HOST_DOWN as HOST_DOWN_META
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -97,6 +98,9 @@ POLICIES: dict[str, Policy] = {
         False, note="a body that does not decode, or the spider fails on it"
     ),
     "redirect_loop": Policy(False, note="redirect or meta refresh back into its chain"),
+    # A failure of a host judged down (HOST_DOWN_AFTER): the host's breaker
+    # has failed long enough, so this request is not retried.
+    "host_down": Policy(False, note="every connection failing for HOST_DOWN_AFTER"),
     "too_many_redirects": Policy(False, note="more than REDIRECT_MAX_TIMES redirects"),
 }  # fmt: skip
 
@@ -384,6 +388,8 @@ class FailurePolicyMiddleware:
         self, request: Request, exception: Exception
     ) -> Request | None:
         reason = classify_exception(exception)
+        if reason is not None and request.meta.get(HOST_DOWN_META):
+            reason = "host_down"  # set by the back-off middleware (560)
         if reason is None or request.meta.get("dont_retry"):
             # dont_retry (robots.txt fetches, a spider's own choice): no
             # policy; the errback still classifies a final failure.

@@ -48,6 +48,9 @@ content        ``/content/label-base64.html`` (``charset=base64`` in the header)
                a PNG, a zip and an extensionless ``application/octet-stream``
 manylinks      ``/many/links.html``: ``MANY_LINKS`` (100,000) links to
                ``/many/<N>.html`` (404), ~4 MB of HTML
+hostdown       ``/hostdown/links.html`` links ``HOST_DOWN_LINKS`` (40) pages of
+               the host that is down (``DOWN_HOST``: refused), for a
+               per-host bound on a server that stays down
 unparseable    ``UNPARSEABLE_PATHS``: ``/unparseable/gzip.html`` (``Content-Encoding:
                gzip``, a gzip header over a corrupt deflate stream),
                ``/unparseable/not-gzip.html`` (``gzip`` over plain bytes) and
@@ -112,6 +115,7 @@ LONG_CHAIN = 30
 RETRY_LATER_SECONDS = 5
 UNRESOLVABLE_HOSTS = ("gone-1.nxdomain.sandbox.test", "gone-2.nxdomain.sandbox.test")
 DOWN_HOST = "down.sandbox.test:1"
+HOST_DOWN_LINKS = 40
 OFFSITE_URL = "http://elsewhere.example/"
 RETRY_AFTER_DATE_SECONDS = 3
 SAMPLE_LATIN = "Café “naïve” résumé — 5 € à la carte"
@@ -172,6 +176,7 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
     "bomb": tuple(BOMB_PATHS),
     "huge": ("/huge.html",),
     "unparseable": tuple(UNPARSEABLE_PATHS),
+    "hostdown": ("/hostdown/links.html",),
     "duplicates": DUPLICATE_EXACT + DUPLICATE_NEAR,
     "etag": (),
     "content": (*HOSTILE_LABELS, "/content/files.html"),
@@ -326,6 +331,11 @@ class Hostile:
             return self.encoded(path)
         if "bomb" in f and path in BOMB_PATHS:
             return self.bomb(BOMB_PATHS[path])
+        if "hostdown" in f and path == "/hostdown/links.html":
+            urls = [f"http://{DOWN_HOST}/p/{n}.html" for n in range(HOST_DOWN_LINKS)]
+            links = "".join(f'<a href="{u}">{u}</a>\n' for u in urls)
+            html = _html("A host that is down", links).encode()
+            return Response(200, html, [("Content-Type", HTML)])
         if "unparseable" in f and path in UNPARSEABLE_PATHS:
             encoding, body = UNPARSEABLE_PATHS[path]
             headers = [("Content-Type", HTML), ("Content-Encoding", encoding)]

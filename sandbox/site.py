@@ -62,6 +62,7 @@ FEATURES = frozenset(
         "failures",
         "traps",
         "unparseable",
+        "hostdown",
     }
 )
 # Children per page in the spanning tree that makes every page reachable.
