@@ -269,7 +269,7 @@ class BackoffMiddleware:
         stats = self.crawler.stats
         assert stats is not None
         error = f"host down: {type(exception).__name__}: {exception}"
-        swept, down = await retry_redis(
+        swept, down, made = await retry_redis(
             lambda: self.dead_letters.host_down(
                 hostkey, self.down_after_ms, self.down_ttl_ms, error
             ),
@@ -278,7 +278,7 @@ class BackoffMiddleware:
         if not down:
             return
         request.meta[meta.HOST_DOWN] = True
-        if swept:
+        if made:
             stats.inc_value("backoff/host_down")
             stats.inc_value("dlq/host_down", swept)
             logger.warning(

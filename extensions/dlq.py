@@ -116,7 +116,7 @@ return dlq_put(KEYS[1], KEYS[2], ARGV[1], cjson.decode(ARGV[3]))
 # request of its queue and of the delayed ZSET dead-lettered as
 # ``host_down`` (the delayed ZSET is read whole: a verdict is rare, and it
 # holds retries only). Returns {requests dead-lettered, the verdict's end
-# in ms (0: none in force)}.
+# in ms (0: none in force), 1 if this call made the verdict else 0}.
 HOST_DOWN_LUA = (
     LUA_DLQ
     + LUA_RECORD
@@ -126,9 +126,9 @@ local hkey, q, ready, delayed, dlq, reasons = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local host, err = ARGV[1], ARGV[4]
 local now = now_ms()
 local rec = host_record(hkey)
-if rec.down > now then return {0, rec.down} end
+if rec.down > now then return {0, rec.down, 0} end
 local since = rec.failing_since
-if since == 0 or now - since < tonumber(ARGV[2]) then return {0, 0} end
+if since == 0 or now - since < tonumber(ARGV[2]) then return {0, 0, 0} end
 local down = now + tonumber(ARGV[3])
 redis.call('HSET', hkey, 'down', down)
 park_until(hkey, rec, down)
@@ -152,7 +152,7 @@ for _, entry in ipairs(redis.call('ZRANGE', delayed, 0, -1)) do
     redis.call('ZREM', delayed, entry)
   end
 end
-return {n, down}
+return {n, down, 1}
 """
 )
 
@@ -262,13 +262,13 @@ class DeadLetters:
 
     async def host_down(
         self, hostkey: str, after_ms: int, ttl_ms: int, error: str
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, bool]:
         """Judge ``hostkey`` down if it has been failing for ``after_ms``,
         and then dead-letter its waiting requests (:data:`HOST_DOWN_LUA`):
         ``(requests dead-lettered, end of the verdict in force in epoch ms
-        of the Redis clock, 0 when none)``."""
+        of the Redis clock or 0 when none, whether this call made it)``."""
         k = self.keys
-        n, down = await script(self.client, HOST_DOWN_LUA)(
+        n, down, made = await script(self.client, HOST_DOWN_LUA)(
             keys=[
                 k.host(hostkey),
                 k.queue(hostkey),
@@ -279,7 +279,7 @@ class DeadLetters:
             ],
             args=[hostkey, int(after_ms), int(ttl_ms), error[:500]],
         )
-        return int(n), int(down)
+        return int(n), int(down), bool(made)
 
     async def sizes(self) -> dict[str, int]:
         """Dead letters per reason class (one HGETALL: cheap enough for a

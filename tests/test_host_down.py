@@ -67,8 +67,8 @@ def queue_some(redis_url: str) -> None:
     run(redis_url, body)
 
 
-def judge(redis_url: str, after_ms: int = AFTER_MS) -> tuple[int, int]:
-    async def body(client: aredis.Redis) -> tuple[int, int]:
+def judge(redis_url: str, after_ms: int = AFTER_MS) -> tuple[int, int, bool]:
+    async def body(client: aredis.Redis) -> tuple[int, int, bool]:
         return await DeadLetters(client, "web").host_down(
             DOWN, after_ms, 3_600_000, "host down: refused"
         )
@@ -81,11 +81,11 @@ def test_a_host_failing_long_enough_is_swept_into_the_dlq(
 ) -> None:
     queue_some(redis_url)
     failing_for(redis_client, DOWN, AFTER_MS - 60_000)
-    assert judge(redis_url) == (0, 0)  # not long enough: nothing moves
+    assert judge(redis_url) == (0, 0, False)  # not long enough: nothing moves
     assert redis_client.zcard(K.queue(DOWN)) == 2
     failing_for(redis_client, DOWN, AFTER_MS + 1000)
-    swept, down = judge(redis_url)
-    assert swept == 3 and down > 0
+    swept, down, made = judge(redis_url)
+    assert swept == 3 and down > 0 and made
     # Its queue, its place in the schedule and its delayed retry are gone;
     # the other host is untouched.
     assert not redis_client.exists(K.queue(DOWN))
@@ -113,7 +113,7 @@ def test_a_host_failing_long_enough_is_swept_into_the_dlq(
     assert entries["http://down.test/a"]["host"] == DOWN
     assert redis_client.hget(K.dlq_reasons, "host_down") == b"3"
     # A verdict in force: judging again moves nothing and says until when.
-    assert judge(redis_url) == (0, down)
+    assert judge(redis_url) == (0, down, False)
 
 
 def test_new_requests_of_a_down_host_go_straight_to_the_dlq_until_it_answers(
@@ -180,6 +180,7 @@ def test_a_failure_under_a_verdict_is_given_up_as_host_down(
     assert request.meta[FAILURE_META]["reason"] == "host_down"
     assert request.meta[FAILURE_META]["terminal"]
     assert crawler.stats.get_value("dlq/host_down") == 3
+    assert crawler.stats.get_value("backoff/host_down") == 1
     # Without a verdict the same failure is retried.
     fresh = Request("http://up.test/page")
     assert isinstance(policy.process_exception(fresh, refused), Request)
