@@ -157,13 +157,16 @@ return {n, down, 1}
 )
 
 # remove: delete entries and keep the per-reason counts in step.
-# KEYS[1] dlq HASH, KEYS[2] reasons HASH; ARGV: the URLs.
+# KEYS[1] dlq HASH, KEYS[2] reasons HASH; ARGV: pairs of a URL and the entry
+# expected ('': any): an entry that changed meanwhile (the URL failed again,
+# or a requeue put it straight back) is kept.
 # Returns the number of entries deleted.
 REMOVE_LUA = """
 local n = 0
-for _, url in ipairs(ARGV) do
+for i = 1, #ARGV, 2 do
+  local url, expected = ARGV[i], ARGV[i + 1]
   local old = redis.call('HGET', KEYS[1], url)
-  if old then
+  if old and (expected == '' or old == expected) then
     local reason = cjson.decode(old)['reason']
     if redis.call('HINCRBY', KEYS[2], reason, -1) <= 0 then
       redis.call('HDEL', KEYS[2], reason)
@@ -293,49 +296,59 @@ class DeadLetters:
         self, reason: str | None = None, host: str | None = None
     ) -> list[dict[str, Any]]:
         """The entries matching the filters, oldest last failure first."""
+        return [entry for _blob, entry in await self._matching(reason, host)]
+
+    async def _matching(
+        self, reason: str | None, host: str | None
+    ) -> list[tuple[bytes, dict[str, Any]]]:
+        """:meth:`entries`, each with its stored JSON."""
         found = []
         async for _url, blob in self.client.hscan_iter(self.keys.dlq, count=1000):
             entry = json.loads(blob)
             if matches(entry, reason, host):
-                found.append(entry)
-        found.sort(key=lambda e: (e.get("last_failure") or 0, e["url"]))
+                found.append((blob, entry))
+        found.sort(key=lambda p: (p[1].get("last_failure") or 0, p[1]["url"]))
         return found
 
     async def purge(self, reason: str | None = None, host: str | None = None) -> int:
         urls = [e["url"] for e in await self.entries(reason, host)]
-        return await self._delete(urls)
+        return await self._delete([(url, b"") for url in urls])
 
     async def requeue(self, reason: str | None = None, host: str | None = None) -> int:
         """Put the matching requests back in the frontier, exactly as first
         queued and past the dupefilter (which has seen them), then delete
         their entries. Queued before deleted: a stop in between leaves a URL
-        both queued and dead-lettered, never neither."""
+        both queued and dead-lettered, never neither. An entry the commit
+        wrote again (a host judged down dead-letters its requests) is kept:
+        it is not counted as re-queued."""
         # The frontier imports this module's Lua helpers (its commit
         # dead-letters the requests of a host that is down): import it here.
         from extensions.frontier import Frontier, QueuedRequest
 
-        entries = await self.entries(reason, host)
+        found = await self._matching(reason, host)
         frontier = Frontier(self.client, self.prefix)
         done = 0
-        for i in range(0, len(entries), 500):
-            chunk = entries[i : i + 500]
+        for i in range(0, len(found), 500):
+            chunk = found[i : i + 500]
             await frontier.commit(
                 [
                     QueuedRequest(
                         e["host"], int(e.get("priority") or 0), e["request"].encode()
                     )
-                    for e in chunk
+                    for _blob, e in chunk
                 ]
             )
-            done += await self._delete([e["url"] for e in chunk])
+            done += await self._delete([(e["url"], blob) for blob, e in chunk])
         return done
 
-    async def _delete(self, urls: list[str]) -> int:
+    async def _delete(self, entries: list[tuple[str, bytes]]) -> int:
+        """Delete ``(url, expected entry)`` pairs (see :data:`REMOVE_LUA`)."""
         n = 0
-        for i in range(0, len(urls), 500):
+        for i in range(0, len(entries), 500):
+            args = [part for pair in entries[i : i + 500] for part in pair]
             n += int(
                 await script(self.client, REMOVE_LUA)(
-                    keys=[self.keys.dlq, self.keys.dlq_reasons], args=urls[i : i + 500]
+                    keys=[self.keys.dlq, self.keys.dlq_reasons], args=args
                 )
             )
         return n

@@ -207,3 +207,23 @@ def test_a_hostdown_page_failure_is_judged_but_not_counted_again(
     assert redis_client.hget(K.host(DOWN), "fails") == b"2"
     assert int(redis_client.hget(K.host(DOWN), "down") or 0) > 0
     assert request.meta.get(meta.HOST_DOWN) is True
+
+
+def test_a_requeue_while_the_verdict_lasts_loses_nothing(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """``scrapy dlq requeue`` commits the request, which the frontier puts
+    straight back in the DLQ while its host is down: the requeue must not
+    then delete that new entry (the URL would be neither queued nor
+    dead-lettered)."""
+    queue_some(redis_url)
+    failing_for(redis_client, DOWN, AFTER_MS + 1000)
+    assert judge(redis_url)[0] == 3
+
+    async def requeue(client: aredis.Redis) -> int:
+        return await DeadLetters(client, "web").requeue(reason="host_down")
+
+    assert run(redis_url, requeue) == 0
+    assert redis_client.hlen(K.dlq) == 3
+    assert redis_client.hget(K.dlq_reasons, "host_down") == b"3"
+    assert not redis_client.exists(K.queue(DOWN))
