@@ -41,6 +41,10 @@ failures       ``/fail/links.html`` links hosts whose names do not resolve
                RETRY_LATER_SECONDS`` the first time (per server run), then
                200; ``/fail/throttled.html``: always 429 with ``Retry-After: 1``;
                ``/fail/offsite.html`` -302-> ``OFFSITE_URL`` (out of scope)
+ssrf           ``/ssrf/link.html`` links ``PRIVATE_LINK`` and ``/ssrf/redirect.html``
+               -302-> ``PRIVATE_REDIRECT``: names in the crawl's scope that
+               :mod:`sandbox.resolver` resolves to 127.0.0.2 (the SSRF guard's
+               corner; crawl with ``ADDRESS_ALLOWLIST=127.0.0.1/32``)
 content        ``/content/label-base64.html`` (``charset=base64`` in the header)
                and ``/content/label-rot13.html`` (``<meta charset=rot13>``),
                UTF-8 really, each linking ``/content/reached-<label>.html``;
@@ -96,6 +100,9 @@ RETRY_LATER_SECONDS = 5
 UNRESOLVABLE_HOSTS = ("gone-1.nxdomain.sandbox.test", "gone-2.nxdomain.sandbox.test")
 DOWN_HOST = "down.sandbox.test:1"
 OFFSITE_URL = "http://elsewhere.example/"
+# The ssrf feature's targets (":{port}" filled in by the server's port).
+PRIVATE_LINK = "http://internal.private.sandbox.test:{port}/"
+PRIVATE_REDIRECT = "http://metadata.private.sandbox.test:{port}/latest/meta-data/"
 RETRY_AFTER_DATE_SECONDS = 3
 SAMPLE_LATIN = "Café “naïve” résumé — 5 € à la carte"
 SAMPLE_JAPANESE = "日本語のページです。こんにちは、世界"
@@ -167,6 +174,7 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
         "/fail/throttled.html",
         "/fail/offsite.html",
     ),
+    "ssrf": ("/ssrf/link.html", "/ssrf/redirect.html"),
     "traps": (
         "/repeat/",
         "/session/page.html?sid=1",
@@ -312,6 +320,8 @@ class Hostile:
             return self.site.page_response(self.huge(), req)
         if "failures" in f and path.startswith("/fail/"):
             return self.failure(path, req)
+        if "ssrf" in f and path.startswith("/ssrf/"):
+            return self.ssrf(path)
         if "content" in f and path.startswith("/content/"):
             return self.content(path)
         if "manylinks" in f and path == "/many/links.html":
@@ -403,6 +413,19 @@ class Hostile:
             slow_down = _html("Too many requests", "<p>Slow down.</p>").encode()
             return Response(
                 429, slow_down, [("Content-Type", HTML), ("Retry-After", "1")]
+            )
+        return None
+
+    # --- ssrf ----------------------------------------------------------------
+    def ssrf(self, path: str) -> Response | None:
+        port = self.site.port
+        if path == "/ssrf/link.html":
+            url = PRIVATE_LINK.format(port=port)
+            body = _html("Internal link", f'<a href="{url}">{url}</a>')
+            return Response(200, body.encode(), [("Content-Type", HTML)])
+        if path == "/ssrf/redirect.html":
+            return Response(
+                302, b"", [("Location", PRIVATE_REDIRECT.format(port=port))]
             )
         return None
 
