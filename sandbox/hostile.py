@@ -278,6 +278,17 @@ def build_bomb(
     return header + stream + trailer
 
 
+def many_links_body(links: int = MANY_LINKS) -> bytes:
+    """The body of ``/many/links.html``: ``links`` anchors to ``/many/<N>.html``.
+
+    >>> body = many_links_body(3)
+    >>> body.count(b"<a href="), b'<a href="/many/2.html">' in body
+    (4, True)
+    """
+    anchors = "".join(f'<a href="/many/{n}.html">page {n}</a>\n' for n in range(links))
+    return _html("Many links", f"<p>{anchors}</p>").encode()
+
+
 def _html(title: str, body: str, charset: str = "utf-8") -> str:
     return (
         f'<!DOCTYPE html>\n<html>\n<head>\n<meta charset="{charset}">\n'
@@ -365,10 +376,7 @@ class Hostile:
 
     def many_links(self) -> Response:
         if self._many is None:
-            links = "".join(
-                f'<a href="/many/{n}.html">page {n}</a>\n' for n in range(MANY_LINKS)
-            )
-            self._many = _html("Many links", f"<p>{links}</p>").encode()
+            self._many = many_links_body()
         return Response(200, self._many, [("Content-Type", HTML)])
 
     # --- failures ------------------------------------------------------------

@@ -4,6 +4,7 @@ result (issue 10 "One rule for robots meta", issue 13 "One parse per page")."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -17,7 +18,7 @@ from pipelines.items import PageItem
 from webcrawl.spiders.web import WebSpider
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import AsyncIterator
 
 TEXT = " ".join(f"word{i}" for i in range(40))
 
@@ -43,8 +44,8 @@ def crawl(response: HtmlResponse) -> tuple[list[str], PageItem]:
     crawler = get_crawler(WebSpider, {"WEB_ALLOWED_DOMAINS": ["a.test"]})
     spider = WebSpider.from_crawler(crawler)
     crawler.spider = spider
-    out: Iterable[Any] = spider.parse(response)
-    results = list(out)
+    out: AsyncIterator[Any] = spider.parse(response)
+    results = asyncio.run(collect(out))
     item = results[-1]
     assert isinstance(item, PageItem)
     urls = [r.url for r in results if isinstance(r, Request)]
@@ -92,3 +93,7 @@ def test_pipeline_reuses_the_spiders_parse(monkeypatch: pytest.MonkeyPatch) -> N
     prepared = prepare_page(item)
     assert prepared.words == 40 + 5  # the text and its link words
     assert prepared.simhash is not None
+
+
+async def collect(items: AsyncIterator[Any]) -> list[Any]:
+    return [x async for x in items]
