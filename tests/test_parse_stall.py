@@ -1,18 +1,22 @@
 """A page with 100,000 links never holds the event loop for long (issue 12).
 
 The ``web`` spider's parse runs on the event loop Scrapy's reactor drives; a
-timer on that same loop, due every 2 ms, records how late each tick fires
-while the spider parses the sandbox's ``/many/links.html`` (~4 MB,
-:data:`sandbox.hostile.MANY_LINKS` links) and yields its requests. The
-lateness is the loop's own (nothing else runs in this process meanwhile), not
-a politeness timing. Before the parse went to a child process the loop was
-held 0.3 to 0.6 s in one piece (``python -m bench.stall``: the main-text
-extraction and the parse of the 4 MB document, C code holding the GIL).
+timer on that same loop, due every 2 ms, records for each tick the CPU time
+the loop's thread spent since the tick before (``time.thread_time``) while
+the spider parses the sandbox's ``/many/links.html`` (~4 MB,
+:data:`sandbox.hostile.MANY_LINKS` links) and yields its requests: the
+longest stretch of work the loop did without a turn. Thread CPU time, not
+the wall clock: on a loaded machine the thread may also wait for a core,
+which is not the loop's doing (the wall-clock lateness is in the message).
+Before the parse went to a child process the loop was held 0.3 to 0.6 s in
+one piece (``python -m bench.stall``: the main-text extraction and the parse
+of the 4 MB document, C code holding the GIL).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from scrapy import Request
@@ -25,10 +29,10 @@ from tests.utils import get_crawler
 from webcrawl.defaults import PARSE_OFFLOAD_BYTES
 from webcrawl.spiders.web import ANCHORS_PER_OUTLINK, WebSpider
 
-# Generous for a loaded 2-core machine: what is left on the loop is a chunk
-# of LINK_CHUNK links (~2 ms) and the hand-over of the body and the result
-# (~4 ms of pickling). Held in one piece, the page took 300 ms and more.
-MAX_LATENESS_S = 0.1
+# What is left on the loop is a chunk of LINK_CHUNK links (~2 ms) and the
+# hand-over of the body and the result (~2 ms of pickling each way); held in
+# one piece, the page took 300 ms and more of the thread's CPU.
+MAX_STRETCH_S = 0.05
 TICK_S = 0.002
 
 
@@ -41,11 +45,14 @@ def spider_for(url: str) -> WebSpider:
     return spider
 
 
-async def ticks(lateness: list[float]) -> None:
+async def ticks(stretches: list[float], lateness: list[float]) -> None:
+    """Per tick: the loop thread's CPU seconds since the last one, and how
+    late (wall clock) the tick fired."""
     loop = asyncio.get_running_loop()
     while True:
-        due = loop.time() + TICK_S
+        due, cpu = loop.time() + TICK_S, time.thread_time()
         await asyncio.sleep(TICK_S)
+        stretches.append(time.thread_time() - cpu)
         lateness.append(loop.time() - due)
 
 
@@ -67,19 +74,21 @@ def test_a_page_of_100k_links_never_holds_the_loop() -> None:
         request=Request(url),
     )
 
-    async def main() -> tuple[list[Any], list[float]]:
-        lateness: list[float] = []
-        ticker = asyncio.ensure_future(ticks(lateness))
+    stretches: list[float] = []
+    lateness: list[float] = []
+
+    async def main() -> list[Any]:
+        ticker = asyncio.ensure_future(ticks(stretches, lateness))
         await asyncio.sleep(0.05)  # the ticker runs
         try:
             out = await collect(spider.parse(response))
             await asyncio.sleep(TICK_S * 5)  # a tick held up to the end lands
         finally:
             ticker.cancel()
-        return out, lateness
+        return out
 
     try:
-        out, lateness = asyncio.run(main())
+        out = asyncio.run(main())
     finally:
         spider._on_closed()
     assert isinstance(out[-1], PageItem) and out[-1].extracted is not None
@@ -88,7 +97,10 @@ def test_a_page_of_100k_links_never_holds_the_loop() -> None:
     stats = spider.crawler.stats
     assert stats is not None
     assert stats.get_value("parse/offloaded") == 1
-    assert max(lateness) < MAX_LATENESS_S, sorted(lateness)[-5:]
+    assert max(stretches) < MAX_STRETCH_S, (
+        sorted(stretches)[-3:],
+        sorted(lateness)[-3:],
+    )
 
 
 def test_small_pages_are_parsed_in_process() -> None:
