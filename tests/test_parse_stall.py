@@ -16,7 +16,10 @@ of the 4 MB document, C code holding the GIL).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from typing import Any
 
 from scrapy import Request
@@ -114,3 +117,31 @@ def test_small_pages_are_parsed_in_process() -> None:
     assert len([r for r in out if isinstance(r, Request)]) == 101
     assert spider._pool is None
     assert spider.crawler.stats.get_value("parse/offloaded") is None  # type: ignore[union-attr]
+
+
+def test_a_dead_parse_pool_falls_back_to_parsing_in_process() -> None:
+    """The child dies (here: at start, as it would without a main guard):
+    the page is parsed in this process, and so is every later one, instead
+    of starting child after child."""
+    url = "http://a.test/many/links.html"
+    spider = spider_for(url)
+    spider._pool = ProcessPoolExecutor(
+        1, mp_context=get_context("spawn"), initializer=os._exit, initargs=(3,)
+    )
+    response = HtmlResponse(
+        url,
+        body=many_links_body(),
+        headers={"Content-Type": "text/html"},
+        request=Request(url),
+    )
+    try:
+        out = asyncio.run(collect(spider.parse(response)))
+    finally:
+        spider._on_closed()
+    requests = [r for r in out if isinstance(r, Request)]
+    assert len(requests) == MAX_OUTLINKS_PER_PAGE * ANCHORS_PER_OUTLINK
+    stats = spider.crawler.stats
+    assert stats is not None
+    assert stats.get_value("parse/pool_broken") == 1
+    assert stats.get_value("parse/offloaded") is None
+    assert spider._pool is None and spider.offload_bytes == 0

@@ -422,11 +422,18 @@ class WebSpider(Spider):
         try:
             page = await asyncio.wrap_future(self._pool.submit(extract, *args))
         except BrokenProcessPool:
-            # The child died (killed, out of memory): parse here this once;
-            # the next large page starts a new child.
+            # The child died: killed, out of memory, or it could not start
+            # (multiprocessing's spawn imports the main module again: a
+            # script that starts a crawl without an ``if __name__ ==
+            # "__main__"`` guard). Parse here from now on, rather than
+            # starting child after child.
             stats.inc_value("parse/pool_broken")
-            logger.warning("The parse pool's process died; parsing %s here", url)
-            self._pool = None
+            logger.warning(
+                "The parse pool's process died; parsing every page in this "
+                "process from now on (PARSE_OFFLOAD_BYTES ignored)"
+            )
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool, self.offload_bytes = None, 0
             return extract(*args)
         stats.inc_value("parse/offloaded")
         return page
