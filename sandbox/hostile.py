@@ -41,6 +41,10 @@ failures       ``/fail/links.html`` links hosts whose names do not resolve
                RETRY_LATER_SECONDS`` the first time (per server run), then
                200; ``/fail/throttled.html``: always 429 with ``Retry-After: 1``;
                ``/fail/offsite.html`` -302-> ``OFFSITE_URL`` (out of scope)
+ssrf           ``/ssrf/link.html`` links ``PRIVATE_LINK`` and ``/ssrf/redirect.html``
+               -302-> ``PRIVATE_REDIRECT``: names in the crawl's scope that
+               :mod:`sandbox.resolver` resolves to 127.0.0.2 (the SSRF guard's
+               corner; crawl with ``ADDRESS_ALLOWLIST=127.0.0.1/32``)
 content        ``/content/label-base64.html`` (``charset=base64`` in the header)
                and ``/content/label-rot13.html`` (``<meta charset=rot13>``),
                UTF-8 really, each linking ``/content/reached-<label>.html``;
@@ -117,6 +121,9 @@ UNRESOLVABLE_HOSTS = ("gone-1.nxdomain.sandbox.test", "gone-2.nxdomain.sandbox.t
 DOWN_HOST = "down.sandbox.test:1"
 HOST_DOWN_LINKS = 40
 OFFSITE_URL = "http://elsewhere.example/"
+# The ssrf feature's targets (":{port}" filled in by the server's port).
+PRIVATE_LINK = "http://internal.private.sandbox.test:{port}/"
+PRIVATE_REDIRECT = "http://metadata.private.sandbox.test:{port}/latest/meta-data/"
 RETRY_AFTER_DATE_SECONDS = 3
 SAMPLE_LATIN = "Café “naïve” résumé — 5 € à la carte"
 SAMPLE_JAPANESE = "日本語のページです。こんにちは、世界"
@@ -190,6 +197,7 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
         "/fail/throttled.html",
         "/fail/offsite.html",
     ),
+    "ssrf": ("/ssrf/link.html", "/ssrf/redirect.html"),
     "traps": (
         "/repeat/",
         "/session/page.html?sid=1",
@@ -293,6 +301,17 @@ def build_bomb(
     return header + stream + trailer
 
 
+def many_links_body(links: int = MANY_LINKS) -> bytes:
+    """The body of ``/many/links.html``: ``links`` anchors to ``/many/<N>.html``.
+
+    >>> body = many_links_body(3)
+    >>> body.count(b"<a href="), b'<a href="/many/2.html">' in body
+    (4, True)
+    """
+    anchors = "".join(f'<a href="/many/{n}.html">page {n}</a>\n' for n in range(links))
+    return _html("Many links", f"<p>{anchors}</p>").encode()
+
+
 def _html(title: str, body: str, charset: str = "utf-8") -> str:
     return (
         f'<!DOCTYPE html>\n<html>\n<head>\n<meta charset="{charset}">\n'
@@ -344,6 +363,8 @@ class Hostile:
             return self.site.page_response(self.huge(), req)
         if "failures" in f and path.startswith("/fail/"):
             return self.failure(path, req)
+        if "ssrf" in f and path.startswith("/ssrf/"):
+            return self.ssrf(path)
         if "content" in f and path.startswith("/content/"):
             return self.content(path)
         if "manylinks" in f and path == "/many/links.html":
@@ -387,10 +408,7 @@ class Hostile:
 
     def many_links(self) -> Response:
         if self._many is None:
-            links = "".join(
-                f'<a href="/many/{n}.html">page {n}</a>\n' for n in range(MANY_LINKS)
-            )
-            self._many = _html("Many links", f"<p>{links}</p>").encode()
+            self._many = many_links_body()
         return Response(200, self._many, [("Content-Type", HTML)])
 
     # --- failures ------------------------------------------------------------
@@ -435,6 +453,19 @@ class Hostile:
             slow_down = _html("Too many requests", "<p>Slow down.</p>").encode()
             return Response(
                 429, slow_down, [("Content-Type", HTML), ("Retry-After", "1")]
+            )
+        return None
+
+    # --- ssrf ----------------------------------------------------------------
+    def ssrf(self, path: str) -> Response | None:
+        port = self.site.port
+        if path == "/ssrf/link.html":
+            url = PRIVATE_LINK.format(port=port)
+            body = _html("Internal link", f'<a href="{url}">{url}</a>')
+            return Response(200, body.encode(), [("Content-Type", HTML)])
+        if path == "/ssrf/redirect.html":
+            return Response(
+                302, b"", [("Location", PRIVATE_REDIRECT.format(port=port))]
             )
         return None
 

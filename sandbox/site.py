@@ -60,6 +60,7 @@ FEATURES = frozenset(
         "content",
         "manylinks",
         "failures",
+        "ssrf",
         "traps",
         "unparseable",
         "hostdown",

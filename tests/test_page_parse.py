@@ -4,6 +4,7 @@ result (issue 10 "One rule for robots meta", issue 13 "One parse per page")."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -18,7 +19,7 @@ from webcrawl.spiders import web
 from webcrawl.spiders.web import WebSpider
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import AsyncIterator
 
 TEXT = " ".join(f"word{i}" for i in range(40))
 
@@ -44,8 +45,8 @@ def crawl(response: HtmlResponse) -> tuple[list[str], PageItem]:
     crawler = get_crawler(WebSpider, {"WEB_ALLOWED_DOMAINS": ["a.test"]})
     spider = WebSpider.from_crawler(crawler)
     crawler.spider = spider
-    out: Iterable[Any] = spider.parse(response)
-    results = list(out)
+    out: AsyncIterator[Any] = spider.parse(response)
+    results = asyncio.run(collect(out))
     item = results[-1]
     assert isinstance(item, PageItem)
     urls = [r.url for r in results if isinstance(r, Request)]
@@ -135,3 +136,7 @@ def test_a_bug_in_the_sitemap_parse_surfaces(monkeypatch: pytest.MonkeyPatch) ->
     response = XmlResponse("http://a.test/sitemap.xml", body=b"<urlset/>")
     with pytest.raises(TypeError):
         list(spider._sitemap_links(response))
+
+
+async def collect(items: AsyncIterator[Any]) -> list[Any]:
+    return [x async for x in items]
