@@ -1,33 +1,48 @@
-"""Freshness and age of a continuous crawl: adaptive against uniform revisits.
+"""Freshness and age of a continuous crawl: the revisit policies at one budget.
 
-``python -m bench.freshness [--pages N] [--budget B] [--seed S]``
+``python -m bench.freshness [--web measured|classes] [--interval U ...]
+[--budget B ...] [--pages N] [--seed S] [--memory N] [--ceilings]``
 
 A simulation, driven by the real policy functions of :mod:`extensions.recrawl`
-(:func:`~extensions.recrawl.adaptive_interval`, the default, and
-:func:`~extensions.recrawl.uniform_interval`) over the sandbox's own change
-model (:class:`sandbox.changes.ChangeModel`: a seeded Poisson process per
-page; half the pages never change, a quarter change every ``period`` on
-average, a quarter every ``10 * period``). What is compared is the policy, so
-the crawler is reduced to what constrains a policy: a fetch budget. One
-fetcher serves ``B`` fetches per time unit in order of due time (a page due
-while the fetcher is busy waits); each fetch sees the page's version at that
-moment, tells the policy whether it changed (a 304 when not), and the policy
-sets the next visit. Real crawls of this web run in seconds per change
-(``tests/test_recrawl_e2e.py``); the simulation covers ~40 revisits per page
-in under a second of CPU, which a real crawl could only do in hours.
+(:func:`~extensions.recrawl.uniform_interval`,
+:func:`~extensions.recrawl.adaptive_interval` and
+:func:`~extensions.recrawl.budgeted_interval`, the default) over the sandbox's
+own change model (:class:`sandbox.changes.ChangeModel`: a seeded Poisson
+process per page). The web (``--web``, fixed before any policy was measured):
+``measured`` (the default), the spread of change rates Cho and Garcia-Molina
+measured (23 % of pages change at least daily, 30 % not in four months,
+rates log-uniform within each class; one time unit is one day), or
+``classes``, the sandbox's three classes (half static, a quarter every 10
+units, a quarter every unit). The budgets (``--interval``, default 7 and 30):
+every page once a week or once a month on average, a fraction of what
+keeping the fast pages fresh under uniform would need.
 
-Both policies get the same budget: uniform revisits every page every
-``pages / budget`` (exactly the budget); adaptive starts there
-(``RECRAWL_DEFAULT_INTERVAL``), within ``[default / 8, default * 8]``, and may
-use less than the budget, never more (the fetcher is the bound).
+What is compared is the policy, so the crawler is reduced to what
+constrains a policy: a fetch budget. One fetcher serves ``B`` fetches per
+time unit in order of due time (a page due while the fetcher is busy waits);
+each fetch sees the page's version at that moment, tells the policy whether
+it changed (a 304 when not) with the page's change history, and the policy
+sets the next visit. Real crawls of the sandbox run in seconds per change
+(``tests/test_recrawl_e2e.py``); the simulation covers 40 rounds of
+revisits in seconds of CPU, which a real crawl could only do in months.
 
-Measured over the second half of the run (after the adaptive intervals have
-settled), time-averaged over pages:
+Every policy gets the same budget: uniform revisits every page every
+``U = pages / budget`` (exactly the budget); adaptive and budgeted have
+bounds ``[U / 8, 8 U]`` and a setting scaled the way an operator sets it for
+the fleet's capacity (adaptive: its bounds, budgeted: its give-up interval),
+the best scale reported; the fetcher is the bound, so none spends more.
+"optimal" is Cho and Garcia-Molina's allocation for the *true* rates (no
+crawler knows them), without bounds: the ceiling of any policy; its age is
+large because it never revisits the pages it gives up. ``--ceilings``
+prints that ceiling in closed form for three web models and five budgets.
+
+Measured over the second half of the run (after the intervals settled),
+time-averaged over pages:
 
 * freshness: the share of pages whose stored copy equals the live page
   (Cho and Garcia-Molina's F);
 * age: how long, on average, the stored copy has been out of date (0 while
-  fresh; their A), in time units (one unit: a fast page's mean change gap).
+  fresh; their A), in time units.
 """
 
 from __future__ import annotations
@@ -286,7 +301,8 @@ def compare(web: Web, budget: float) -> tuple[list[Result], float]:
 def schedule_memory(n: int) -> dict[str, float]:
     """Redis bytes per URL of the recrawl schedule (``MEMORY USAGE ...
     SAMPLES 0`` of its ZSET and HASH) holding ``n`` sandbox-like URLs, each
-    with an ETag, a Last-Modified date and a content hash (as kept)."""
+    with an ETag, a Last-Modified date, a content hash (as kept) and a
+    change history of a few weeks."""
     import asyncio
     import hashlib
     import tempfile
@@ -311,9 +327,12 @@ def schedule_memory(n: int) -> dict[str, float]:
         client = aredis.Redis.from_url(url)
         schedule = RecrawlSchedule(client, "web")
         date = "Mon, 01 Jan 2024 00:00:00 GMT"
+        # A history as a page revisited daily for weeks has one.
+        history = History(23, 7, 23 * 86400.0 + 0.125)
         for i in range(0, len(urls), 1000):
             await schedule.schedule(
-                (u, Record(86400.0, etag(u), date, sha(u))) for u in urls[i : i + 1000]
+                (u, Record(86400.0, etag(u), date, sha(u), history))
+                for u in urls[i : i + 1000]
             )
         keys = schedule.keys
         zset = await client.memory_usage(keys.recrawl, samples=0) or 0

@@ -85,6 +85,8 @@ class ChangeModel:
         self.seed = seed
         self.period = period
         self.start = start
+        if profile not in PROFILES:
+            raise ValueError(f"change profile must be one of {sorted(PROFILES)}")
         self.classes = PROFILES[profile]
         self._weight = sum(w for _, w, _, _ in self.classes)
         self._times: dict[tuple[int, str], list[float]] = {}
