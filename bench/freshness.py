@@ -298,19 +298,31 @@ def compare(web: Web, budget: float) -> tuple[list[Result], float]:
     return [uniform, adaptive, budgeted, optimal], expected_freshness(web, oracle)
 
 
+# The store-side schedule's measurement: next visits spread evenly over a
+# week (a mean revisit interval of a week), RECRAWL_WINDOW of an hour.
+STORE_SPREAD_S = 7 * 86400
+STORE_WINDOW_S = 3600
+
+
 def schedule_memory(n: int) -> dict[str, float]:
     """Redis bytes per URL of the recrawl schedule (``MEMORY USAGE ...
     SAMPLES 0`` of its ZSET and HASH) holding ``n`` sandbox-like URLs, each
     with an ETag, a Last-Modified date, a content hash (as kept) and a
-    change history of a few weeks."""
+    change history of a few weeks; then the same URLs with the store-side
+    schedule (SQLite page store, next visits spread over
+    :data:`STORE_SPREAD_S`, a window of :data:`STORE_WINDOW_S`): Redis bytes
+    per known URL after a refill, and the SQLite bytes per URL."""
     import asyncio
     import hashlib
+    import sqlite3
     import tempfile
+    from pathlib import Path
 
     import redis.asyncio as aredis
 
     from extensions.embedded_redis import RedisProcess
     from extensions.recrawl import HASH_CHARS, Record, RecrawlSchedule
+    from pipelines.stores.sqlite import SQLiteStore
 
     spec = SiteSpec(seed=1, hosts=100, pages_per_host=max(1, n // 100))
     urls = [spec.url(i, spec.page_path(i, k), 8080) for i in range(spec.hosts)
@@ -323,33 +335,62 @@ def schedule_memory(n: int) -> dict[str, float]:
     def etag(url: str) -> str:
         return '"' + hashlib.blake2b(url.encode(), digest_size=8).hexdigest() + '"'
 
-    async def fill(url: str) -> dict[str, float]:
-        client = aredis.Redis.from_url(url)
-        schedule = RecrawlSchedule(client, "web")
-        date = "Mon, 01 Jan 2024 00:00:00 GMT"
-        # A history as a page revisited daily for weeks has one.
-        history = History(23, 7, 23 * 86400.0 + 0.125)
-        for i in range(0, len(urls), 1000):
-            await schedule.schedule(
-                (u, Record(86400.0, etag(u), date, sha(u), history))
-                for u in urls[i : i + 1000]
-            )
+    date = "Mon, 01 Jan 2024 00:00:00 GMT"
+    # A history as a page revisited daily for weeks has one.
+    history = History(23, 7, 23 * 86400.0 + 0.125)
+    records = [(u, Record(86400.0, etag(u), date, sha(u), history)) for u in urls]
+    count = len(urls)
+
+    async def usage(client: aredis.Redis, schedule: RecrawlSchedule) -> int:
         keys = schedule.keys
         zset = await client.memory_usage(keys.recrawl, samples=0) or 0
         data = await client.memory_usage(keys.recrawl_data, samples=0) or 0
+        return int(zset + data)
+
+    async def fill(url: str, store: SQLiteStore) -> dict[str, float]:
+        client = aredis.Redis.from_url(url)
+        schedule = RecrawlSchedule(client, "web")
+        for i in range(0, count, 1000):
+            await schedule.schedule(records[i : i + 1000])
+        keys = schedule.keys
+        zset = await client.memory_usage(keys.recrawl, samples=0) or 0
+        data = await client.memory_usage(keys.recrawl_data, samples=0) or 0
+        await client.delete(keys.recrawl, keys.recrawl_data)
+        # Store-side: every next visit in the store, then one refill of the
+        # window (what extensions.recrawl.Recrawler._refill does).
+        now = await schedule.now_ms()
+        store.schedule_put([(u, now + STORE_SPREAD_S * 1000 * j // count, r.to_json())
+                            for j, (u, r) in enumerate(records)])  # fmt: skip
+        until = now + STORE_WINDOW_S * 1000
+        while entries := store.schedule_due(until, 1000):
+            await schedule.load(entries)
+            store.schedule_delete([(u, d) for u, d, _ in entries])
+        window = await usage(client, schedule)
+        in_window = int(await client.zcard(keys.recrawl))
         await client.aclose()
-        count = len(urls)
         return {"urls": count, "zset_bytes_per_url": round(zset / count, 1),
                 "hash_bytes_per_url": round(data / count, 1),
                 "bytes_per_url": round((zset + data) / count, 1),
-                "url_length": round(sum(map(len, urls)) / count, 1)}  # fmt: skip
+                "url_length": round(sum(map(len, urls)) / count, 1),
+                "store_side_in_window": in_window,
+                "store_side_redis_bytes_per_url": round(window / count, 2)}  # fmt: skip
 
     with tempfile.TemporaryDirectory() as tmp:
         server = RedisProcess(tmp, appendonly=False).start()
+        store = SQLiteStore(Path(tmp) / "pages.sqlite3")
+        store.open()
         try:
-            return asyncio.run(fill(server.url))
+            out = asyncio.run(fill(server.url, store))
         finally:
             server.stop()
+            store.close()
+        # The schedule table's share of the file (the other tables are empty).
+        db = sqlite3.connect(Path(tmp) / "pages.sqlite3")
+        pages, size = (db.execute(f"PRAGMA {p}").fetchone()[0]
+                       for p in ("page_count", "page_size"))  # fmt: skip
+        db.close()
+        out["store_bytes_per_url"] = round(pages * size / count, 1)
+        return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -421,6 +462,11 @@ def main(argv: list[str] | None = None) -> int:
               f"(ZSET {memory['zset_bytes_per_url']}, HASH "
               f"{memory['hash_bytes_per_url']}; {memory['urls']:,} URLs of "
               f"{memory['url_length']} chars)")  # fmt: skip
+        print(f"store-side schedule (RECRAWL_WINDOW {STORE_WINDOW_S} s, next "
+              f"visits over {STORE_SPREAD_S // 86400} days): "
+              f"{memory['store_side_redis_bytes_per_url']} B of Redis per known "
+              f"URL ({memory['store_side_in_window']:,} URLs in the window), "
+              f"{memory['store_bytes_per_url']} B of SQLite per URL")  # fmt: skip
     return 0
 
 

@@ -59,6 +59,10 @@ RECRAWL_MAX_INTERVAL: Annotated[float, Range(above=0)] = 2_592_000.0
 RECRAWL_GIVE_UP_INTERVAL: Annotated[float, Range(above=0)] = 7200.0
 # Dotted path of the policy function(visit, bounds) -> next interval in seconds.
 RECRAWL_POLICY = "extensions.recrawl.budgeted_interval"
+# Class path of a store for next visits beyond RECRAWL_WINDOW (empty: the whole schedule in Redis).
+RECRAWL_SCHEDULE_STORE = ""
+# Seconds ahead whose revisits are kept in Redis when RECRAWL_SCHEDULE_STORE is set.
+RECRAWL_WINDOW: Annotated[float, Range(above=0)] = 3600.0
 # Due revisits claimed per poll of the schedule.
 RECRAWL_BATCH_SIZE: Annotated[int, Range(1, 100_000)] = 100
 # Seconds between polls of the schedule for due revisits.

@@ -4,8 +4,8 @@ conditional GET, and an adaptive revisit interval per URL.
 Settings read (defaults in :mod:`extensions.defaults`): ``RECRAWL_ENABLED``,
 ``RECRAWL_MIN_INTERVAL``, ``RECRAWL_DEFAULT_INTERVAL``,
 ``RECRAWL_MAX_INTERVAL``, ``RECRAWL_GIVE_UP_INTERVAL``, ``RECRAWL_POLICY``,
-``RECRAWL_BATCH_SIZE``,
-``RECRAWL_POLL_INTERVAL``, ``FRONTIER_LEASE_TIMEOUT``; ``REDIS_URL`` through
+``RECRAWL_BATCH_SIZE``, ``RECRAWL_POLL_INTERVAL``, ``RECRAWL_SCHEDULE_STORE``,
+``RECRAWL_WINDOW``, ``FRONTIER_LEASE_TIMEOUT``; ``REDIS_URL`` through
 :mod:`extensions.connection`.
 
 How a page comes back:
@@ -42,6 +42,18 @@ s]`` (the last three: the page's change history, :class:`History`). The
 validators live in Redis, not in the store, so building a revisit reads no
 store on the hot path.
 
+The store-side schedule (``RECRAWL_SCHEDULE_STORE``, a class path built with
+``build_from_crawler``, satisfying :class:`ScheduleStore`; the page store's
+is :class:`pipelines.stores.schedule.PageStoreSchedule`): a next visit more
+than ``RECRAWL_WINDOW`` ahead is written to the store (url, due time, record)
+and removed from Redis (:data:`PARK_LUA`); every quarter window, a worker
+moves what falls due within the window back into Redis with its due time
+(:data:`LOAD_LUA`) and deletes it from the store, only where the store still
+holds that due time (a page rescheduled meanwhile keeps its new one). Redis
+then holds the window only. Due times are Redis ``TIME`` in both places. A
+worker that dies between two of these steps leaves a URL in both places: it
+is revisited once more than needed, never lost.
+
 The policy (``RECRAWL_POLICY``, a dotted path like
 ``FRONTIER_PRIORITY_FUNCTION``) is ``policy(visit, bounds) -> seconds``;
 :func:`budgeted_interval` (Cho and Garcia-Molina's optimal revisit
@@ -54,18 +66,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 from redis.exceptions import ResponseError
 from scrapy import Request, signals
 from scrapy.exceptions import DontCloseSpider, NotConfigured
-from scrapy.utils.misc import load_object
+from scrapy.utils.misc import build_from_crawler, load_object
 
 from extensions import config, defaults
 from extensions.config import SettingsError
@@ -82,6 +96,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Nutch AdaptiveFetchSchedule's defaults: a change shortens the interval by
 # 20 %, no change lengthens it by 40 % (slower growth than shrink would make
@@ -148,6 +163,59 @@ end
 return out
 """
 )
+
+
+# park: take pages whose next visit is beyond the window out of Redis (they
+# wait in the schedule store).
+# KEYS[1] recrawl ZSET, KEYS[2] recrawl data HASH
+# ARGV: urls
+# Returns the number of URLs removed from the ZSET.
+PARK_LUA = """
+local n = 0
+for i = 1, #ARGV do
+  n = n + redis.call('ZREM', KEYS[1], ARGV[i])
+  redis.call('HDEL', KEYS[2], ARGV[i])
+end
+return n
+"""
+
+# load: bring schedule-store entries that fall due within the window into
+# Redis with their due time; a URL already in Redis keeps its time and record.
+# KEYS[1] recrawl ZSET, KEYS[2] recrawl data HASH
+# ARGV: triples (url, due ms, record JSON)
+# Returns the number of URLs added.
+LOAD_LUA = """
+local n = 0
+for i = 1, #ARGV, 3 do
+  if redis.call('ZADD', KEYS[1], 'NX', tonumber(ARGV[i + 1]), ARGV[i]) == 1 then
+    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])
+    n = n + 1
+  end
+end
+return n
+"""
+# Batches a refill moves per poll at most (the rest: at the next poll).
+REFILL_BATCHES = 10
+
+
+class ScheduleStore(Protocol):
+    """Where next visits beyond the window wait (blocking calls: run in the
+    extension's own thread). Transient failures raise ``ConnectionError`` or
+    ``TimeoutError``."""
+
+    def put(self, entries: Sequence[tuple[str, int, str]]) -> None:
+        """Set each ``(url, due ms, record JSON)``, replacing the URL's entry."""
+
+    def due(self, until: int, limit: int) -> list[tuple[str, int, str]]:
+        """Up to ``limit`` entries due at or before ``until``, earliest first."""
+        ...
+
+    def delete(self, entries: Sequence[tuple[str, int]]) -> None:
+        """Remove each ``(url, due)`` whose entry still has that due time."""
+
+    def count(self) -> int: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -494,6 +562,8 @@ class RecrawlSchedule:
         self.keys = FrontierKeys(prefix)
         self._schedule = script(client, SCHEDULE_LUA)
         self._claim = script(client, CLAIM_LUA)
+        self._park = script(client, PARK_LUA)
+        self._load = script(client, LOAD_LUA)
 
     async def schedule(self, entries: Iterable[tuple[str, Record]]) -> int:
         args: list[Any] = []
@@ -512,6 +582,26 @@ class RecrawlSchedule:
             url, data = res[i].decode(), res[i + 1]
             out.append((url, _record_or_none(url, data)))
         return out
+
+    async def park(self, urls: Sequence[str]) -> int:
+        if not urls:
+            return 0
+        keys = [self.keys.recrawl, self.keys.recrawl_data]
+        return int(await self._park(keys=keys, args=list(urls)))
+
+    async def load(self, entries: Iterable[tuple[str, int, str]]) -> int:
+        args: list[Any] = []
+        for url, due, record in entries:
+            args += [url, due, record]
+        if not args:
+            return 0
+        keys = [self.keys.recrawl, self.keys.recrawl_data]
+        return int(await self._load(keys=keys, args=args))
+
+    async def now_ms(self) -> int:
+        """Redis ``TIME`` in ms: the clock of every due time."""
+        seconds, micros = await self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
 
     async def size(self) -> int:
         return int(await self.client.zcard(self.keys.recrawl))
@@ -565,7 +655,9 @@ class Recrawler:
     ``CLOSESPIDER_TIMEOUT`` or a signal ends it.
 
     Stats: ``recrawl/scheduled`` (next visits written), ``recrawl/revisits``
-    (due URLs claimed), ``recrawl/conditional`` (revisits with a validator).
+    (due URLs claimed), ``recrawl/conditional`` (revisits with a validator);
+    with a schedule store, ``recrawl/parked`` (next visits written to it)
+    and ``recrawl/loaded`` (moved from it into Redis).
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -582,6 +674,14 @@ class Recrawler:
         self.poll = s.getfloat("RECRAWL_POLL_INTERVAL")
         hold = max(self.bounds.min, s.getfloat("FRONTIER_LEASE_TIMEOUT"))
         self.hold_ms = int(hold * 1000)
+        self.window_ms = int(s.getfloat("RECRAWL_WINDOW") * 1000)
+        path = s.get("RECRAWL_SCHEDULE_STORE") or ""
+        self.store: ScheduleStore | None = (
+            build_from_crawler(load_object(path), crawler) if path else None
+        )
+        # The store's blocking calls, one at a time, off the reactor thread.
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="recrawl-store")
+        self._refill_due = 0.0  # monotonic time of the next refill
         self.schedule: RecrawlSchedule | None = None
         self._out: list[tuple[str, Record]] = []
         self._task: asyncio.Task[None] | None = None
@@ -605,10 +705,20 @@ class Recrawler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        with contextlib.suppress(*TRANSIENT_REDIS_ERRORS):
+        transient = (*TRANSIENT_REDIS_ERRORS, ConnectionError, TimeoutError)
+        with contextlib.suppress(*transient):
             await self._flush()
         if self.schedule is not None:
             await self.schedule.client.aclose()
+        if self.store is not None:
+            await self._in_thread(self.store.close)
+        self._executor.shutdown(wait=False)
+
+    async def _in_thread(self, call: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, functools.partial(call, *args)
+        )
 
     def _idle(self) -> None:
         raise DontCloseSpider
@@ -624,17 +734,57 @@ class Recrawler:
         assert self.schedule is not None
         while self._out:
             batch = self._out[:500]
-            await self.schedule.schedule(batch)
+            if self.store is None:
+                await self.schedule.schedule(batch)
+            else:
+                await self._split(batch)
             del self._out[: len(batch)]
             self._inc("recrawl/scheduled", len(batch))
+
+    async def _split(self, batch: list[tuple[str, Record]]) -> None:
+        """Next visits within the window into Redis, the others into the
+        schedule store (written there before they leave Redis)."""
+        assert self.schedule is not None and self.store is not None
+        near = [(u, r) for u, r in batch if r.interval * 1000 <= self.window_ms]
+        far = [(u, r) for u, r in batch if r.interval * 1000 > self.window_ms]
+        await self.schedule.schedule(near)
+        if far:
+            now = await self.schedule.now_ms()
+            entries = [(u, now + int(r.interval * 1000), r.to_json()) for u, r in far]
+            await self._in_thread(self.store.put, entries)
+            await self.schedule.park([u for u, _ in far])
+            self._inc("recrawl/parked", len(far))
+
+    async def _refill(self) -> None:
+        """Move what falls due within the window from the store into Redis
+        (every quarter window; until drained, at every poll)."""
+        assert self.schedule is not None and self.store is not None
+        if time.monotonic() < self._refill_due:
+            return
+        until = await self.schedule.now_ms() + self.window_ms
+        limit = max(self.batch_size, 100)
+        for _ in range(REFILL_BATCHES):
+            entries = await self._in_thread(self.store.due, until, limit)
+            await self.schedule.load(entries)
+            await self._in_thread(self.store.delete, [(u, d) for u, d, _ in entries])
+            self._inc("recrawl/loaded", len(entries))
+            if len(entries) < limit:
+                self._refill_due = time.monotonic() + self.window_ms / 4000
+                return
 
     async def _run(self) -> None:
         while not self._closing:
             try:
                 await self._flush()
+                if self.store is not None:
+                    await self._refill()
                 await self._feed()
             except TRANSIENT_REDIS_ERRORS as exc:
                 logger.warning("Recrawl schedule unreachable (%s)", type(exc).__name__)
+            except (ConnectionError, TimeoutError) as exc:
+                # The schedule store's transient failures (ScheduleStore):
+                # the batch stays in _out, the window waits; both retried.
+                logger.warning("Recrawl schedule store unreachable (%s)", exc)
             except ResponseError as exc:
                 # Redis refused a script (out of memory, a key of another
                 # type): log it and go on polling, as the scheduler does.

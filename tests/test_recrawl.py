@@ -318,3 +318,60 @@ def test_a_malformed_record_gives_an_unconditional_revisit(
         return got
 
     assert run(go()) == [("http://a.test/", None)]
+
+
+def test_store_side_schedule_keeps_only_the_window_in_redis(
+    redis_url: str, tmp_path: Any
+) -> None:
+    """RECRAWL_SCHEDULE_STORE: a next visit beyond RECRAWL_WINDOW waits in
+    the page store (and leaves Redis); a refill brings what falls due within
+    the window back into Redis with its due time."""
+    from pipelines.stores.schedule import PageStoreSchedule
+
+    crawler = get_crawler(settings_dict={
+        "RECRAWL_ENABLED": True,
+        "REDIS_URL": redis_url,
+        "RECRAWL_SCHEDULE_STORE": "pipelines.stores.schedule.PageStoreSchedule",
+        "RECRAWL_WINDOW": 60.0,
+        "SQLITE_PATH": str(tmp_path / "pages.sqlite3"),
+    })  # fmt: skip
+    rec = Recrawler(crawler)
+    assert isinstance(rec.store, PageStoreSchedule)
+
+    async def go() -> tuple[Any, ...]:
+        rec.schedule = schedule = await _schedule(redis_url)
+        client = schedule.client
+        keys = schedule.keys
+        # A claimed page (in Redis, held) rescheduled far, a new page far,
+        # one page near.
+        await schedule.schedule([("http://a.test/held", Record(0.0))])
+        await schedule.claim(10, 600_000)
+        rec._out = [
+            ("http://a.test/held", Record(86400.0, '"h"')),
+            ("http://a.test/new", Record(3600.0)),
+            ("http://a.test/near", Record(30.0)),
+        ]
+        await rec._flush()
+        in_redis = {m.decode() for m in await client.zrange(keys.recrawl, 0, -1)}
+        in_data = {m.decode() for m in await client.hkeys(keys.recrawl_data)}
+        assert rec.store is not None
+        stored = await rec._in_thread(rec.store.due, 2**62, 100)
+        # One comes due within the window: a refill loads it with its time.
+        now = await schedule.now_ms()
+        soon = [("http://a.test/soon", now + 30_000, "[1]")]
+        await rec._in_thread(rec.store.put, soon)
+        await rec._refill()
+        score = await client.zscore(keys.recrawl, "http://a.test/soon")
+        record = await client.hget(keys.recrawl_data, "http://a.test/soon")
+        left = await rec._in_thread(rec.store.count)
+        await rec._closed(None)
+        return in_redis, in_data, stored, now, score, record, left
+
+    in_redis, in_data, stored, now, score, record, left = run(go())
+    assert in_redis == in_data == {"http://a.test/near"}
+    assert {u for u, _, _ in stored} == {"http://a.test/held", "http://a.test/new"}
+    held = next(e for e in stored if e[0] == "http://a.test/held")
+    assert Record.from_json(held[2]).etag == '"h"'
+    assert held[1] - now <= 86_400_000 and held[1] - now > 86_300_000
+    assert score == now + 30_000 and record == b"[1]"
+    assert left == 2  # the far ones stay in the store
