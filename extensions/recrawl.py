@@ -46,9 +46,10 @@ The store-side schedule (``RECRAWL_SCHEDULE_STORE``, a class path built with
 ``build_from_crawler``, satisfying :class:`ScheduleStore`; the page store's
 is :class:`pipelines.stores.schedule.PageStoreSchedule`): a next visit more
 than ``RECRAWL_WINDOW`` ahead is written to the store (url, due time, record)
-and removed from Redis (:data:`PARK_LUA`); every quarter window, a worker
+and removed from Redis (:data:`PARK_LUA`); every quarter window, each worker
 moves what falls due within the window back into Redis with its due time
-(:data:`LOAD_LUA`) and deletes it from the store, only where the store still
+(:data:`LOAD_LUA`: a URL already there keeps its own, so refills that meet
+are harmless) and deletes it from the store, only where the store still
 holds that due time (a page rescheduled meanwhile keeps its new one). Redis
 then holds the window only. Due times are Redis ``TIME`` in both places. A
 worker that dies between two of these steps leaves a URL in both places: it
