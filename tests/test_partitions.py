@@ -330,8 +330,8 @@ def test_pause_status_and_dlq_see_every_partition(
                 break
             await asyncio.sleep(0.05)
         assert batch.leases
-        # Dead letters: one crawl-wide queue; a requeue routes each request
-        # to its host's partition.
+        # Dead letters: each in its host's partition, read over all of them;
+        # a requeue puts each request back in its host's partition.
         dlq = DeadLetters(client, "web", P)
         letters = []
         for h in HOSTS[:8]:
@@ -340,6 +340,11 @@ def test_pause_status_and_dlq_see_every_partition(
             letters.append(DeadLetter(url, h, "http_4xx", member, status=404))
         await dlq.add(letters)
         assert (await gather_status(settings))["dlq_by_reason"] == {"http_4xx": 8}
+        for letter in letters:
+            k = FrontierKeys("web", host_partition(letter.host, P), P)
+            assert await client.hexists(k.dlq, letter.url)
+        assert len({host_partition(h, P) for h in HOSTS[:8]}) > 1
+        assert len(await dlq.entries(host="h1.test")) == 1
         assert await dlq.requeue() == 8
         for h in HOSTS[:8]:
             k = FrontierKeys("web", host_partition(h, P), P)
