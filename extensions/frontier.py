@@ -34,6 +34,10 @@ queues. A worker that dies after scheduling a retry loses nothing.
 Every multi-key step is one Lua script; times come from Redis ``TIME``, never
 from worker clocks. The scripts build per-host key names from the hash-tagged
 prefix, so on a Redis Cluster they stay in the ``{prefix}`` slot.
+
+A :class:`Frontier` is one partition; :class:`PartitionedFrontier` splits a
+crawl into ``FRONTIER_PARTITIONS`` of them, each under its own hash tag
+(:func:`extensions.keys.partition_tag`), and routes by host and by lease.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import mmh3
 
+from extensions.dlq import LUA_DLQ
 from extensions.hosts import LUA_RECORD, host_partition
 from extensions.keys import FrontierKeys, crawl_patterns
 from extensions.scripts import script, server_now_ms
@@ -158,30 +163,40 @@ end
 # commit: push new requests and acknowledge finished leases, atomically, so a
 # redirect or retry hands its parent's lease over to the child with no window
 # in which neither is in Redis; and drop the batch's write-ahead entry.
+# A request of a host judged down (its record's ``down`` in the future, see
+# extensions.dlq.HOST_DOWN_LUA) is dead-lettered as ``host_down`` instead.
 # KEYS[1] ready ZSET, KEYS[2] seq counter, KEYS[3] leases ZSET,
 # KEYS[4] lease data HASH, KEYS[5] the worker's write-ahead HASH,
-# KEYS[6] poison LIST, KEYS[7] delayed ZSET
+# KEYS[6] poison LIST, KEYS[7] delayed ZSET, KEYS[8] dlq HASH,
+# KEYS[9] dlq reasons HASH
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix,
 # ARGV[3] number of requests n, ARGV[4] write-ahead entry id ('' for none),
 # then n quadruples (host, priority, member, delay ms: 0 = queue now, else
 # wait in the delayed ZSET), then the lease ids to acknowledge.
-# Returns {requests added, leases acknowledged}.
+# Returns {requests added, leases acknowledged, requests dead-lettered}.
 COMMIT_LUA = (
     _LUA_SCHEDULE_HOST
+    + LUA_DLQ
     + """
 local ready, seq, leases, ldata = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 pkey = KEYS[6]
 local qprefix, hprefix = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[3])
 local now = now_ms()
-local added = 0
+local added, dead = 0, 0
 for i = 0, n - 1 do
   local host = ARGV[5 + i * 4]
   local prio = tonumber(ARGV[6 + i * 4])
   local member = ARGV[7 + i * 4]
   local delay = tonumber(ARGV[8 + i * 4])
-  added = added + queue_or_delay(KEYS[7], ready, qprefix, hprefix, host, prio,
-                                 member, delay, seq, now)
+  local down = tonumber(on_key('HGET', hprefix .. host, 'down') or '0') or 0
+  if down > now then
+    dead = dead + dlq_member(KEYS[8], KEYS[9], host, prio, member, 'host_down',
+                             'host down (HOST_DOWN_AFTER): not queued')
+  else
+    added = added + queue_or_delay(KEYS[7], ready, qprefix, hprefix, host, prio,
+                                   member, delay, seq, now)
+  end
 end
 local acked = 0
 for i = 5 + n * 4, #ARGV do
@@ -189,7 +204,7 @@ for i = 5 + n * 4, #ARGV do
   redis.call('HDEL', ldata, ARGV[i])
 end
 if ARGV[4] ~= '' then redis.call('HDEL', KEYS[5], ARGV[4]) end
-return {added, acked}
+return {added, acked, dead}
 """
 )
 
@@ -495,7 +510,7 @@ class Frontier:
         for r in requests:
             args += [r.host, clamp_priority(r.priority), r.member, max(0, r.delay_ms)]
         args += list(acks)
-        added, acked = await script(self.client, COMMIT_LUA)(
+        added, acked, _dead = await script(self.client, COMMIT_LUA)(
             keys=[
                 k.ready,
                 k.seq,
@@ -504,9 +519,13 @@ class Frontier:
                 k.wal(worker),
                 k.poison,
                 k.delayed,
+                k.dlq,
+                k.dlq_reasons,
             ],
             args=args,
         )
+        # Requests of a host judged down went to the DLQ (its per-reason
+        # counts say how many).
         return int(added), int(acked)
 
     async def log_ahead(
@@ -808,10 +827,15 @@ class PartitionedFrontier:
     (its id says which, :func:`lease_token`).
 
     A commit whose requests and acknowledgements lie in one partition is one
-    script, as with one partition. Otherwise the requests are queued first
-    (each partition's with its write-ahead entry), then the leases are
-    acknowledged: a worker stopped in between leaves the parent leased, to
-    be reclaimed and fetched again, never a child lost (at least once).
+    script, as with one partition. Otherwise each partition's part (its
+    requests, its acknowledgements, its write-ahead entry) is one script, all
+    sent at once: a redirect whose child lies in another partition than its
+    parent's lease is then not atomic, but never lost. Should the worker stop
+    after the parent's lease ended and before the child was queued, the
+    child is still in its partition's write-ahead entry and a live worker
+    queues it; the other way round, the parent is reclaimed and fetched
+    again (at least once). Requests not written ahead are queued before any
+    lease ends.
 
     Leasing: round robin over the partitions, starting one further on each
     call and, per worker, at an offset from its id (so a fleet does not
@@ -916,14 +940,22 @@ class PartitionedFrontier:
         if len(touched) <= 1:
             p = touched.pop() if touched else 0
             res = await self.part(p).commit(queued.get(p, ()), acked.get(p, ()), wal)
-        else:
-            # Children first, each partition's with its write-ahead entry;
-            # then the parents' leases (at least once, never lost).
-            firsts = await asyncio.gather(
+        elif wal or not queued or not acked:
+            # Every partition's part at once: a child whose partition fails
+            # to commit after its parent's lease ended there is still in its
+            # write-ahead entry, which recovery queues (never lost).
+            parts = await asyncio.gather(
                 *(
-                    self.part(p).commit(queued.get(p, ()), (), wal)
-                    for p in sorted(set(queued) | logged)
+                    self.part(p).commit(queued.get(p, ()), acked.get(p, ()), wal)
+                    for p in sorted(touched)
                 )
+            )
+            res = (sum(a for a, _ in parts), sum(b for _, b in parts))
+        else:
+            # Children not written ahead: queue them first, then end the
+            # parents' leases (at least once, never lost).
+            firsts = await asyncio.gather(
+                *(self.part(p).commit(rs) for p, rs in sorted(queued.items()))
             )
             seconds = await asyncio.gather(
                 *(self.part(p).commit((), ids) for p, ids in sorted(acked.items()))

@@ -7,16 +7,17 @@ Bloom shards) carry their own tag or none, so a cluster spreads them.
 
 Partitions (``FRONTIER_PARTITIONS`` = P): each host belongs to one partition
 (:func:`extensions.hosts.host_partition`), and every ``web:{web}:...`` key of
-the table but five exists once per partition, under that partition's tag:
+the table but three exists once per partition, under that partition's tag:
 partition 0 keeps ``{web}`` (so P=1 is exactly the one-partition layout), and
 partition i > 0 uses ``{web:p<i>}`` or ``{web:p<i>.<n>}``
 (``web:{web:p2.1}:q:<host>``), a tag no other key family uses (the Bloom
 shards' ``{web:<n>}`` has no ``p``); :func:`partition_tag` picks ``n`` so the
-partitions spread evenly over a cluster's slots. The five are the dead-letter
-queue (``dlq``, ``dlq:reasons``) and the recrawl schedule (``recrawl``,
-``recrawl:data``), keyed by URL and never touched with a host's queue, and
-``partitions``, the partition count itself: they stay in partition 0's
-``{web}`` slot whatever P is. A host's download lock
+partitions spread evenly over a cluster's slots. The three are the recrawl
+schedule (``recrawl``, ``recrawl:data``), keyed by URL and never touched with
+a host's queue, and ``partitions``, the partition count itself: they stay in
+partition 0's ``{web}`` slot whatever P is. The dead-letter queue is per
+partition: the frontier's commit and the host-down sweep write a host's dead
+letters in the script that reads its queue and record. A host's download lock
 ``lock:<id>`` lives in its host's partition (the lock script reads the host
 record with it).
 
@@ -31,7 +32,8 @@ key                             type    what it holds
                                         (ms) they may next be fetched from
 ``web:{web}:h:<host>``          HASH    one host's record (ms): ``next``,
                                         ``delay``, ``backoff``, ``backoff_at``,
-                                        ``park``, ``fails``, ``breaker``; each
+                                        ``park``, ``fails``, ``breaker``,
+                                        ``failing_since``, ``down``; each
                                         field is documented by its owner,
                                         :mod:`extensions.hosts`
 ``web:{web}:delayed``           ZSET    retries not due yet: host, priority
@@ -171,11 +173,11 @@ class FrontierKeys:
         self.delayed = tagged + "delayed"
         self.paused = tagged + "paused"
         self.poison = tagged + "poison"
-        # Not per host: the dead letters and the recrawl schedule of every
-        # partition live in partition 0's slot (see the module docstring).
+        self.dlq = tagged + "dlq"
+        self.dlq_reasons = tagged + "dlq:reasons"
+        # Not per host: the recrawl schedule of every partition lives in
+        # partition 0's slot (see the module docstring).
         base = f"{prefix}:{partition_tag(prefix)}:"
-        self.dlq = base + "dlq"
-        self.dlq_reasons = base + "dlq:reasons"
         self.recrawl = base + "recrawl"
         self.recrawl_data = base + "recrawl:data"
         self.partitions = base + "partitions"

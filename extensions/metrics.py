@@ -46,7 +46,7 @@ from twisted.internet import task
 
 from extensions import config, defaults
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
-from extensions.frontier import Frontier, PartitionedFrontier
+from extensions.frontier import PartitionedFrontier
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -342,7 +342,7 @@ class PrometheusMetrics:
         worst = self.gauges.get("webcrawl_event_loop_lag_max_seconds", 0.0)
         self.gauges["webcrawl_event_loop_lag_max_seconds"] = max(worst, lag)
 
-    async def _refresh_loop(self, frontier: Frontier | PartitionedFrontier) -> None:
+    async def _refresh_loop(self, frontier: PartitionedFrontier) -> None:
         while True:
             try:
                 await self.refresh_frontier(frontier)
@@ -355,7 +355,7 @@ class PrometheusMetrics:
                     logger.warning("Metrics: frontier gauges not refreshed: %s", e)
             await asyncio.sleep(self.refresh_interval)
 
-    async def refresh_frontier(self, frontier: Frontier | PartitionedFrontier) -> None:
+    async def refresh_frontier(self, frontier: PartitionedFrontier) -> None:
         hosts, leases = await frontier.counts()
         queued = await frontier.queued()
         self.gauges.update(

@@ -93,9 +93,11 @@ def test_two_workers_fetch_every_allowed_page_once(
     ]
 
 
-def test_fleet_politeness(redis_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("partitions", [1, 4])
+def test_fleet_politeness(redis_url: str, tmp_path: Path, partitions: int) -> None:
     """Four workers, 100 hosts, 300 ms per host, three hosts with a robots
-    Crawl-delay of 1 s: no host ever sees two requests closer than its delay."""
+    Crawl-delay of 1 s: no host ever sees two requests closer than its delay
+    (with partitions too: each host's lock and record in its partition)."""
     delay = 0.3
     spec = SiteSpec(
         seed=3,
@@ -105,7 +107,8 @@ def test_fleet_politeness(redis_url: str, tmp_path: Path) -> None:
     )
     report = crawl_sandbox(
         spec, redis_url, tmp_path, workers=4,
-        settings={"DOWNLOAD_DELAY": delay}, timeout=300,
+        settings={"DOWNLOAD_DELAY": delay, "FRONTIER_PARTITIONS": partitions},
+        timeout=300,
     )  # fmt: skip
     assert report.exit_codes == [0, 0, 0, 0]
     assert_complete(report, tmp_path)

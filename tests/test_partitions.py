@@ -27,8 +27,13 @@ from extensions.frontier import (
 )
 from extensions.hosts import HostRecords, host_partition
 from extensions.keys import FrontierKeys, host_lock, partition_tag
+from extensions.meta import FRONTIER_LEASE
+from extensions.metrics import PrometheusMetrics
 from extensions.politeness import HostLock, PolitenessMiddleware
 from extensions.serialization import request_from_bytes, request_to_bytes
+from extensions.signals import items_stored
+from pipelines.items import PageItem
+from tests.test_scheduler import make_crawler, opened
 from tests.utils import get_crawler
 from webcrawl.addon import install_defaults
 from webcrawl.operate import gather_status, reset, set_paused
@@ -38,6 +43,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     import redis
+    from scrapy.crawler import Crawler
+
+    from extensions.scheduler import RedisScheduler
 
 P = 4
 HOSTS = [f"http://h{i}.test:80" for i in range(24)]
@@ -252,31 +260,42 @@ def test_a_cross_partition_redirect_hands_over_its_lease(redis_url: str) -> None
     run(redis_url, body)
 
 
+@pytest.mark.parametrize("first", ["child", "parent"])
 def test_a_redirect_stopped_between_its_two_partitions_loses_nothing(
-    redis_url: str,
+    redis_url: str, first: str
 ) -> None:
-    """The child is written ahead, then the worker dies before any commit:
-    the parent's lease and the child both come back (at least once)."""
+    """The child is written ahead; of the two partitions' commits only one
+    lands (``first``), then the worker dies. Either way the parent's lease
+    ended or came back, and the child is queued (at least once)."""
 
     async def body(client: aredis.Redis) -> None:
         parent_host, child_host = cross_partition_pair()
         dead = PartitionedFrontier(client, "web", P, worker("dead"))
         await dead.beat()
         await dead.commit([q(parent_host, "/old")])
-        assert len((await dead.lease(1)).leases) == 1  # the parent, leased
+        ((token, _),) = (await dead.lease(1)).leases  # the parent, leased
         child = q(child_host, "/new")
         await dead.log_ahead("dead", "e1", [child])
-        # Children first: the child's partition commits; then the worker dies.
-        p_child = dead.part(host_partition(child_host, P))
-        await p_child.commit([child], (), ("dead", "e1"))
+        p_parent, parent_lease = split_lease(token)
+        if first == "child":
+            p_child = dead.part(host_partition(child_host, P))
+            await p_child.commit([child], (), ("dead", "e1"))
+        else:
+            await dead.part(p_parent).commit((), [parent_lease], ("dead", "e1"))
         await asyncio.sleep(0.05)
         live = PartitionedFrontier(client, "web", P, worker("live"))
-        assert (await live.recover(dead_after_ms=20))[2] == 1
+        queued, _, reclaimed = await live.recover(dead_after_ms=20)
+        # child first: the parent's lease comes back; parent first: the
+        # child comes back from its write-ahead entry.
+        assert (queued, reclaimed) == ((0, 1) if first == "child" else (1, 0))
         got = []
         for _ in range(10):
             got += [url_of(m) for _, m in (await live.lease(10)).leases]
             await asyncio.sleep(0.02)
-        assert sorted(got) == ["http://h0.test/old", url_of(child.member)]
+        want = [url_of(child.member)]
+        if first == "child":
+            want.append("http://h0.test/old")
+        assert sorted(got) == sorted(want)
 
     run(redis_url, body)
 
@@ -311,8 +330,8 @@ def test_pause_status_and_dlq_see_every_partition(
                 break
             await asyncio.sleep(0.05)
         assert batch.leases
-        # Dead letters: one crawl-wide queue; a requeue routes each request
-        # to its host's partition.
+        # Dead letters: each in its host's partition, read over all of them;
+        # a requeue puts each request back in its host's partition.
         dlq = DeadLetters(client, "web", P)
         letters = []
         for h in HOSTS[:8]:
@@ -321,6 +340,11 @@ def test_pause_status_and_dlq_see_every_partition(
             letters.append(DeadLetter(url, h, "http_4xx", member, status=404))
         await dlq.add(letters)
         assert (await gather_status(settings))["dlq_by_reason"] == {"http_4xx": 8}
+        for letter in letters:
+            k = FrontierKeys("web", host_partition(letter.host, P), P)
+            assert await client.hexists(k.dlq, letter.url)
+        assert len({host_partition(h, P) for h in HOSTS[:8]}) > 1
+        assert len(await dlq.entries(host="h1.test")) == 1
         assert await dlq.requeue() == 8
         for h in HOSTS[:8]:
             k = FrontierKeys("web", host_partition(h, P), P)
@@ -428,3 +452,64 @@ def test_partitions_refused_on_a_crawl_written_with_one(redis_url: str) -> None:
         await PartitionedFrontier(client, "web", 1).pin()
 
     run(redis_url, body)
+
+
+def test_metrics_gauges_sum_the_partitions(redis_url: str) -> None:
+    crawler = get_crawler(settings_dict={"REDIS_URL": redis_url, "METRICS_PORT": 1})
+    metrics = PrometheusMetrics(crawler)  # never served: no port is bound
+
+    async def body(client: aredis.Redis) -> None:
+        f = PartitionedFrontier(client, "web", P, worker("w1"))
+        await f.commit([q(h, f"/{i}") for h in HOSTS for i in range(2)])
+        assert len((await f.lease(10)).leases) == 10
+        await metrics.refresh_frontier(f)
+        ready.extend([await client.zcard(part.keys.ready) for part in f.parts])
+
+    ready: list[int] = []
+    run(redis_url, body)
+    assert metrics.gauges["webcrawl_frontier_queued"] == 2 * len(HOSTS) - 10
+    assert metrics.gauges["webcrawl_frontier_leases"] == 10
+    assert all(ready)  # hosts waiting in every partition, all counted
+    assert metrics.gauges["webcrawl_frontier_hosts_ready"] == sum(ready)
+
+
+def test_two_schedulers_share_a_partitioned_frontier(redis_url: str) -> None:
+    """Scrapy's scheduler contract over P=4: what one worker enqueues, the
+    two lease once each; acknowledged through the items_stored signal,
+    nothing stays leased; a third worker with another count may not join."""
+
+    async def body() -> None:
+        ca = make_crawler(redis_url, FRONTIER_PARTITIONS=P)
+        cb = make_crawler(redis_url, FRONTIER_PARTITIONS=P)
+        a, b = await opened(ca), await opened(cb)
+        urls = [h.removesuffix(":80") + f"/{i}" for h in HOSTS for i in range(3)]
+        for url in urls:
+            assert a.enqueue_request(Request(url))
+        got: list[tuple[RedisScheduler, Crawler, Request]] = []
+        for _ in range(1000):
+            for s, c in ((a, ca), (b, cb)):
+                request = s.next_request()
+                if request is not None:
+                    got.append((s, c, request))
+            if len(got) == len(urls):
+                break
+            await asyncio.sleep(0.01)
+        assert Counter(r.url for _, _, r in got) == Counter(urls)
+        assert {s for s, _, _ in got} == {a, b}  # both leased
+        for _, c, r in got:
+            item = PageItem(url=r.url, final_url=r.url, status=200,
+                            fingerprint="00", lease=r.meta[FRONTIER_LEASE])  # fmt: skip
+            c.signals.send_catch_log(items_stored, items=[item])
+        async with aredis.Redis.from_url(redis_url) as client:
+            f = PartitionedFrontier(client, "web", P)
+            for _ in range(500):
+                if await f.counts() == (0, 0):
+                    break
+                await asyncio.sleep(0.01)
+            assert await f.counts() == (0, 0)
+        with pytest.raises(PartitionMismatch):
+            await opened(make_crawler(redis_url, FRONTIER_PARTITIONS=2))
+        await a.close_async("finished")
+        await b.close_async("finished")
+
+    asyncio.run(body())

@@ -145,7 +145,7 @@ async def gather_status(
         bloom = await _bloom(client, settings, crawl) if has_bloom else None
         # The dead-letter queue itself (not the workers' dlq/<reason> stats,
         # which forget what a requeue or purge took out).
-        dlq_by_reason = await DeadLetters(client, crawl).sizes()
+        dlq_by_reason = await DeadLetters(client, crawl, len(frontier.parts)).sizes()
         retries_pending = await frontier.retries()
     finally:
         await client.aclose()
