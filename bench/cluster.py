@@ -4,7 +4,8 @@ ceiling it implies (``python -m bench.cluster``; ``make bench`` runs it).
 Starts a throw-away cluster on loopback (:class:`demo.cluster.LocalCluster`),
 then crawls the sandbox web twice with ``--workers`` real ``scrapy crawl web``
 workers: once with one frontier partition (``FRONTIER_PARTITIONS=1``: the
-frontier is one slot on one master) and once with ``--partitions`` of them.
+frontier is one slot on one master) and once with ``--partitions`` of them
+(default 3: their tags are spaced so that each master gets one).
 Around each crawl it reads every master's ``INFO`` and reports, per master:
 commands processed (``total_commands_processed``), client reads
 (``total_reads_processed``: one per request a client sent, a pipeline or a
@@ -113,7 +114,7 @@ def partition_owners(cluster: LocalCluster, partitions: int) -> dict[int, list[i
     try:
         owners: dict[int, list[int]] = {}
         for p in range(partitions):
-            node = client.get_node_from_key(FrontierKeys("web", p).ready)
+            node = client.get_node_from_key(FrontierKeys("web", p, partitions).ready)
             owners.setdefault(int(node.port), []).append(p)
         return owners
     finally:
@@ -246,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.cluster", description=__doc__
     )
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--hosts", type=int, default=30)
     parser.add_argument("--pages-per-host", type=int, default=20)
     parser.add_argument("--delay", type=float, default=0.05)

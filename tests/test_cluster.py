@@ -36,10 +36,9 @@ if TYPE_CHECKING:
 
     from sandbox.process import SandboxProcess
 
-# Four partitions: their tags' slots ({web} 9635, {web:p1} 12195, {web:p2}
-# 8128, {web:p3} 4065) fall in all three ranges redis-cli gives three masters
-# (0-5460, 5461-10922, 10923-16383), so the frontier itself is on every master.
-PARTITIONS = 4
+# Partition tags are spaced evenly over the slots (keys.partition_tag), so
+# three partitions put the frontier itself on each of the three masters.
+PARTITIONS = 3
 
 
 def frontier_keys_per_master(cluster: LocalCluster) -> dict[int, int]:
