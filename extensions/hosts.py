@@ -5,7 +5,7 @@ every script includes to read them (:data:`LUA_RECORD`: the Redis clock, the
 record, the spacing rule, the park rule) and the scripts that write them
 (:class:`HostRecords`). The frontier (:mod:`extensions.frontier`) queues
 requests by :func:`host_key` and keeps one record per host in Redis,
-``FrontierKeys(prefix, partition).host(hostkey)`` in the host's partition
+``FrontierKeys(prefix, partition, partitions).host(hostkey)`` in its partition
 (:func:`host_partition`), a HASH of integers (times are epoch
 ms of the Redis clock, durations ms):
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from demo.localcrawl import crawl_sandbox
+from extensions.hosts import host_partition
 from sandbox.hostile import DOWN_HOST, HOST_DOWN_LINKS
 from sandbox.site import SiteSpec
 from tests.test_failures_e2e import _dead_letters, _waiting_urls
@@ -34,8 +35,11 @@ HOST_DOWN_AFTER = 5
 ROBOTS_TRIES_SECONDS = 7
 
 
+# With 3 partitions the down host lives in partition 2 (its queue, record
+# and dead letters under another tag than {web}).
+@pytest.mark.parametrize("partitions", [1, 3])
 def test_a_host_that_stays_down_is_dead_lettered_as_a_whole(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, redis_url: str, partitions: int
 ) -> None:
     spec = SiteSpec(seed=9, hosts=1, pages_per_host=2, features={"hostdown"})
     settings = {
@@ -44,22 +48,24 @@ def test_a_host_that_stays_down_is_dead_lettered_as_a_whole(
         "HOST_DOWN_AFTER": HOST_DOWN_AFTER,
         "DOWNLOAD_DELAY": 0.2,
         "MAX_IDLE_TIME_BEFORE_CLOSE": 6,
+        "FRONTIER_PARTITIONS": partitions,
     }
     report = crawl_sandbox(
         spec, redis_url, tmp_path, workers=1, settings=settings, timeout=120
     )
     assert report.exit_codes == [0], report.log_dir
     urls = {f"http://{DOWN_HOST}/p/{n}.html" for n in range(HOST_DOWN_LINKS)}
-    dead = _dead_letters(redis_url)
+    dead = _dead_letters(redis_url, partitions)
     assert urls <= set(dead), sorted(urls - set(dead))[:5]
     reasons = [dead[url]["reason"] for url in urls]
     # The first few may end as connection failures before the verdict.
     assert reasons.count("host_down") >= HOST_DOWN_LINKS - 5, reasons
     assert set(reasons) <= {"host_down", "connection"}, reasons
-    assert not urls & _waiting_urls(redis_url)
+    assert not urls & _waiting_urls(redis_url, partitions)
     span = max(dead[u]["last_failure"] for u in urls) - min(
         dead[u]["first_failure"] or dead[u]["last_failure"] for u in urls
     )
     assert span <= HOST_DOWN_AFTER + ROBOTS_TRIES_SECONDS + 5, span
     logs = "".join(p.read_text() for p in report.log_dir.glob("*.log"))
     assert "judged down" in logs
+    assert host_partition(f"http://{DOWN_HOST}", partitions) == partitions - 1

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis.asyncio as aredis
+from redis.commands.core import AsyncScript
 from redis.crc import key_slot
 from scrapy import Request
 from scrapy.settings import Settings
@@ -39,7 +40,7 @@ from webcrawl.addon import install_defaults
 from webcrawl.operate import gather_status, reset, set_paused
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterator
     from pathlib import Path
 
     import redis
@@ -49,6 +50,24 @@ if TYPE_CHECKING:
 
 P = 4
 HOSTS = [f"http://h{i}.test:80" for i in range(24)]
+
+
+@pytest.fixture(autouse=True)
+def single_slot_scripts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every script call of these tests names keys of one cluster slot, as
+    a Redis Cluster demands (a single server would run a cross-slot script)."""
+    crossed: list[list[str]] = []
+    call = AsyncScript.__call__
+
+    def checked(self: AsyncScript, keys: Any = None, *a: Any, **kw: Any) -> Any:
+        names = [k.decode() if isinstance(k, bytes) else str(k) for k in keys or ()]
+        if len({key_slot(k.encode()) for k in names}) > 1:
+            crossed.append(names)
+        return call(self, keys, *a, **kw)
+
+    monkeypatch.setattr(AsyncScript, "__call__", checked)
+    yield
+    assert crossed == []
 
 
 def q(host: str, path: str, priority: int = 0) -> QueuedRequest:
@@ -118,9 +137,12 @@ def test_keys_land_in_one_slot_per_partition(
         assert len(batch.leases) == 6
         records = HostRecords(client, "web", P)
         locks = HostLock(client, "web", 1_800_000, P)
+        dlq = DeadLetters(client, "web", P)
         for h in HOSTS:
             await records.set_delay(h, 10)
             await locks.acquire(h, h, "token", 1_000)
+            await records.fail(h, threshold=9, cooldown_ms=1, max_cooldown_ms=1)
+            await dlq.host_down(h, 0, 60_000, "refused")  # queue -> DLQ
 
     run(redis_url, body)
     keys = [k.decode() for k in redis_client.scan_iter("web:*")]
@@ -133,6 +155,9 @@ def test_keys_land_in_one_slot_per_partition(
     assert sorted(slots) == list(range(P))
     assert all(len(s) == 1 for s in slots.values())
     assert len(set().union(*slots.values())) == P
+    # The host-down sweep dead-lettered every queued request in its partition.
+    for p in range(P):
+        assert redis_client.hlen(FrontierKeys("web", p, P).dlq) > 0
     # A host's queue, record and lock share its partition's slot.
     for h in HOSTS:
         k = FrontierKeys("web", host_partition(h, P), P)
