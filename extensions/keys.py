@@ -42,6 +42,9 @@ key                             type    what it holds
                                         (reason, status/error, attempts,
                                         first/last failure, request)
 ``web:{web}:dlq:reasons``       HASH    dead letters per reason class
+``web:{web}:dlq:unrecorded``    LIST    URLs dead-lettered with no page
+                                        record yet (the scheduler hands them
+                                        to the page store)
 ``web:{web}:leases``            ZSET    lease id -> deadline (ms)
 ``web:{web}:lease``             HASH    lease id -> host, score and request
 ``web:{web}:seq``               STRING  arrival counter (FIFO within a priority)
@@ -175,6 +178,8 @@ class FrontierKeys:
         self.poison = tagged + "poison"
         self.dlq = tagged + "dlq"
         self.dlq_reasons = tagged + "dlq:reasons"
+        # Named by the Lua helper dlq_member as dlq .. ':unrecorded'.
+        self.dlq_unrecorded = self.dlq + ":unrecorded"
         # Not per host: the recrawl schedule of every partition lives in
         # partition 0's slot (see the module docstring).
         base = f"{prefix}:{partition_tag(prefix)}:"

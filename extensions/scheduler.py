@@ -44,6 +44,13 @@ empty. Parked hosts and retries due later do not keep a finite crawl
 (``MAX_IDLE_TIME_BEFORE_CLOSE``) open: they stay in Redis for the next run,
 and the closing log line and the ``frontier/waiting_*`` stats say how many.
 A worker silent for three heartbeats is dead: its leases go back at once.
+
+Dead letters with no page record (those the scheduler writes itself, and
+those the frontier's scripts write: the host-down sweep, the commit's
+diversion of a down host's new URLs) are taken from the dead-letter queue a
+page of :data:`RECORD_PAGE` at a time, at each heartbeat and at once while
+more wait, and sent with :data:`extensions.signals.dead_letters_unrecorded`,
+so the page store records them as it records the spider's final failures.
 """
 
 from __future__ import annotations
@@ -86,7 +93,7 @@ from extensions.serialization import (
     request_from_bytes,
     request_to_bytes,
 )
-from extensions.signals import items_stored, request_dead
+from extensions.signals import dead_letters_unrecorded, items_stored, request_dead
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -106,6 +113,9 @@ IDLE_POLL = 0.5
 # A worker whose heartbeat is this many intervals old is dead: its leases
 # and write-ahead batches go back to the frontier.
 DEAD_AFTER_HEARTBEATS = 3
+# Dead letters without a page record handed to the store per partition and
+# round: bounded replies, whatever the size of a host-down sweep.
+RECORD_PAGE = 200
 
 
 async def _maybe_await(result: Any) -> Any:
@@ -195,6 +205,8 @@ class RedisScheduler(BaseScheduler):
         self.frontier: PartitionedFrontier | None = None
         self.dlq: DeadLetters | None = None
         self._dead: list[DeadLetter] = []
+        self._dead_unrecorded: list[DeadLetter] = []  # written here, no page
+        self._records_left = 0  # unrecorded dead letters still listed
         # Redirects announced in request_scheduled, not yet enqueued: a
         # component that refuses one there never calls enqueue_request.
         self._announced: dict[int, Request] = {}
@@ -209,6 +221,7 @@ class RedisScheduler(BaseScheduler):
         self.paused = False  # the fleet is paused (scrapy pause): lease nothing
         self._next_poll = 0.0
         self._next_heartbeat = 0.0
+        self._next_records = 0.0
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -314,6 +327,8 @@ class RedisScheduler(BaseScheduler):
             or self._outbox
             or self._acks
             or self._dead
+            or self._dead_unrecorded
+            or self._records_left
             or self._pending
             or self._memory
             or self._held
@@ -412,7 +427,9 @@ class RedisScheduler(BaseScheduler):
         self.stats.inc_value("scheduler/refused_on_schedule")
         letter = self._letter(request, "offsite_redirect", "refused when scheduled")
         if letter is not None:
-            self._on_request_dead(letter)
+            self._dead_unrecorded.append(letter)
+            self.stats.inc_value("dlq/offsite_redirect")
+            self._wakeup.set()
         self._ack(request.meta.get(meta.FRONTIER_LEASE))
 
     def _letter(self, request: Request, reason: str, error: str) -> DeadLetter | None:
@@ -488,7 +505,9 @@ class RedisScheduler(BaseScheduler):
                 # Not in a tight loop: the push failed, or waits for a beat.
                 await self._sleep(self.retry_initial)
             return
-        deadline = self._next_heartbeat
+        if self._records_left and self._beaten:
+            return  # the next page of records at once
+        deadline = min(self._next_heartbeat, self._next_records)
         if len(self._buffer) <= self.buffer_size // 2:
             deadline = min(deadline, self._next_poll)
         await self._sleep(max(0.0, deadline - time.monotonic()))
@@ -510,6 +529,9 @@ class RedisScheduler(BaseScheduler):
             await self._stage("recover", self._recover)
         if self._beaten:
             await self._stage("push", self._sync_out)
+            if self._records_left or now >= self._next_records:
+                self._next_records = now + self.heartbeat
+                await self._stage("records", self._hand_records)
         if len(self._buffer) <= self.buffer_size // 2 and now >= self._next_poll:
             await self._stage("lease", self._refill)
 
@@ -610,11 +632,30 @@ class RedisScheduler(BaseScheduler):
     async def _flush_dead(self) -> None:
         """Write the dead letters. Before the acknowledgements: a page's
         lease never ends without its dead letter written."""
+        assert self.dlq is not None
         if self._dead:
-            assert self.dlq is not None
             dead = list(self._dead)
             await self.dlq.add(dead)
             del self._dead[: len(dead)]
+        if self._dead_unrecorded:
+            dead = list(self._dead_unrecorded)
+            await self.dlq.add(dead, recorded=False)
+            del self._dead_unrecorded[: len(dead)]
+            self._records_left += len(dead)
+
+    async def _hand_records(self) -> None:
+        """Send a page of the dead letters that have no page record
+        (:meth:`DeadLetters.unrecorded`) to whoever records failed pages."""
+        assert self.dlq is not None
+        # A failing call leaves nothing "left": tried again at the next beat,
+        # never in a tight loop, and never holding a finite crawl open.
+        self._records_left = 0
+        letters, self._records_left = await self.dlq.unrecorded(RECORD_PAGE)
+        if letters:
+            self.stats.inc_value("dlq/recorded_by_store", len(letters))
+            self.crawler.signals.send_catch_log(
+                dead_letters_unrecorded, letters=letters
+            )
 
     def _redirect_loop(self, request: Request) -> None:
         """A redirect (or meta refresh) back to a URL of its own chain is
@@ -627,7 +668,7 @@ class RedisScheduler(BaseScheduler):
             letter = self._letter(request, "redirect_loop", " -> ".join(chain))
             if letter is not None:
                 letter.error = letter.error and letter.error[:500]
-                self._dead.append(letter)
+                self._dead_unrecorded.append(letter)
                 self.stats.inc_value("dlq/redirect_loop")
 
     def _prepare(

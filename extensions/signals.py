@@ -18,6 +18,18 @@
     sends it from its final-failure errback; components that end a request
     elsewhere send it too.
 
+``dead_letters_unrecorded``
+    Dead letters written with no page record in the store: by the scheduler
+    (a redirect loop, a redirect refused when scheduled) or by a frontier
+    script (the host-down sweep of a host's queued and delayed requests, the
+    commit's diversion of a down host's new URLs). Argument: ``letters``, a
+    list of :class:`extensions.dlq.DeadLetter` (a page of at most
+    ``DeadLetters.unrecorded``'s size). The scheduler sends it once they are
+    in the dead-letter queue; whoever records failed pages (the storage
+    pipeline) records each, as it does the spider's final failures. Sent
+    once per letter: a worker that dies before its store wrote them leaves
+    the dead letters without their page records.
+
 Why here and not in ``pipelines``: the arrow between the two library packages
 points from ``pipelines`` to ``extensions`` (the pipelines use its Redis
 connection and key layout). The frontier defines what "durable" must be told
@@ -29,3 +41,5 @@ and close a cycle.
 items_stored = object()
 
 request_dead = object()
+
+dead_letters_unrecorded = object()
