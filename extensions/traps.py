@@ -22,6 +22,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
+from redis.exceptions import NoScriptError
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from twisted.python.failure import Failure
@@ -303,27 +304,57 @@ class TrapFilter:
                 )
 
     async def _admit(self, batch: list[Request]) -> list[Any]:
-        """One pipelined round trip: the budget script's verdict per request."""
-        admit = script(self.client, ADMIT_SCRIPT)
-        async with self.client.pipeline(transaction=False) as pipe:
-            for request in batch:
-                host = host_key(request.url)
-                parts = urlsplit(request.url)
-                template = path_template(parts.path)
-                path = template or parts.path
-                variant = (
-                    parts.path + ("?" + parts.query if parts.query else "")
-                    if template
-                    else parts.query
-                )
-                await admit(
-                    keys=[
+        """One pipelined round trip: the budget script's verdict per request.
+
+        A request with nothing to count (no host budget, and no query or
+        templated path for the variant budget) is admitted here: the script
+        would neither read nor write anything for it. On a web of plain
+        paths that is every link, and no round trip at all.
+        """
+        verdicts: list[Any] = [0] * len(batch)
+        calls: list[tuple[int, list[str], list[Any]]] = []
+        for i, request in enumerate(batch):
+            parts = urlsplit(request.url)
+            template = path_template(parts.path)
+            variant = (
+                parts.path + ("?" + parts.query if parts.query else "")
+                if template
+                else parts.query
+            )
+            if not self.host_max_pages and not (variant and self.max_variants):
+                continue
+            host = host_key(request.url)
+            calls.append(
+                (
+                    i,
+                    [
                         keys.trap_pages(self.prefix, host),
-                        keys.trap_variants(self.prefix, host, path),
+                        keys.trap_variants(self.prefix, host, template or parts.path),
                     ],
-                    args=[request.url, self.host_max_pages, variant, self.max_variants],
-                    client=pipe,
+                    [request.url, self.host_max_pages, variant, self.max_variants],
                 )
+            )
+        if not calls:
+            return verdicts
+        admit = script(self.client, ADMIT_SCRIPT)
+        try:
+            answers = await self._evalsha(admit.sha, calls)
+        except NoScriptError:
+            # A restarted server: nothing ran (every command is this script).
+            await self.client.script_load(ADMIT_SCRIPT)
+            answers = await self._evalsha(admit.sha, calls)
+        for (i, _, _), verdict in zip(calls, answers, strict=True):
+            verdicts[i] = verdict
+        return verdicts
+
+    async def _evalsha(
+        self, sha: str, calls: list[tuple[int, list[str], list[Any]]]
+    ) -> list[Any]:
+        # EVALSHA by hand: a registered script passed to a pipeline makes
+        # redis-py send SCRIPT EXISTS first, one more round trip per page.
+        async with self.client.pipeline(transaction=False) as pipe:
+            for _, k, a in calls:
+                pipe.evalsha(sha, len(k), *k, *a)
             return list(await pipe.execute())
 
 
