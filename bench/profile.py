@@ -7,8 +7,10 @@ through the worker. A sample counts for the innermost frame of this project's
 code on its stack (so Scrapy's ``request_from_dict`` called by our scheduler
 is scheduler time, lxml called by the spider is spider time); a stack with no
 frame of ours is Scrapy core (engine, downloader, HTTP, Twisted, asyncio).
-Only samples of a running thread count (py-spy drops idle ones), so the
-shares are of CPU, and ``ms CPU / page`` is the share times the worker's
+Only samples of the thread holding the GIL count (``py-spy --gil``: its idle
+detection does not work in this VM; a thread blocked on a lock or a queue was
+sampled as running), so the shares are of the interpreter's CPU (C code that
+releases the GIL, zlib and SQLite, is undercounted), and ``ms CPU / page`` is the share times the worker's
 CPU seconds (``os.wait4``) over the pages the sandbox served in a second
 crawl of the same web without the profiler.
 
@@ -156,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def wrap(n: int, cmd: list[str]) -> list[str]:
         out = ["-o", str(raw[n])]
-        return [spy, "record", "-f", "raw", "-r", str(args.rate), *out, "--", *cmd]
+        rate = ["-r", str(args.rate)]
+        return [spy, "record", "--gil", "-f", "raw", *rate, *out, "--", *cmd]
 
     spec = SiteSpec(seed=1, hosts=args.hosts, pages_per_host=args.pages)
     run = Run(spec, timeout=300, idle_close=2.0, extra=dict(COMMON), wrap=wrap)

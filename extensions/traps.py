@@ -218,7 +218,11 @@ class TrapFilter:
             return TrapFiltered(
                 "path_too_deep", f"{len(segments)} segments > {self.max_depth}"
             )
-        if self.max_repeats and max_repeats(segments) > self.max_repeats:
+        if (
+            self.max_repeats
+            and len(segments) > self.max_repeats  # else no segment can repeat more
+            and max_repeats(segments) > self.max_repeats
+        ):
             return TrapFiltered(
                 "repeated_segments", f"a segment repeats > {self.max_repeats} times"
             )
