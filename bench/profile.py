@@ -10,9 +10,9 @@ frame of ours is Scrapy core (engine, downloader, HTTP, Twisted, asyncio).
 Only samples of the thread holding the GIL count (``py-spy --gil``: its idle
 detection does not work in this VM; a thread blocked on a lock or a queue was
 sampled as running), so the shares are of the interpreter's CPU (C code that
-releases the GIL, zlib and SQLite, is undercounted), and ``ms CPU / page`` is the share times the worker's
-CPU seconds (``os.wait4``) over the pages the sandbox served in a second
-crawl of the same web without the profiler.
+releases the GIL, zlib and SQLite, is undercounted), and ``ms CPU / page``
+is the share times the worker's CPU seconds (``os.wait4``) over the pages
+the sandbox served in a second crawl of the same web without the profiler.
 
 Sampling slows the worker a little (py-spy stops it to read each stack, at
 ``--rate`` Hz); compare shares, and take pages/s from ``python -m bench.run``.

@@ -111,6 +111,12 @@ BREAKER_THRESHOLD: Annotated[int, Range(1)] = 5
 BREAKER_COOLDOWN: Annotated[float, Range(above=0)] = 300.0
 # Cap in seconds of a breaker's cool-down.
 BREAKER_MAX_COOLDOWN: Annotated[float, Range(above=0)] = 86400.0
+# Seconds a host may fail every connection (at least BREAKER_THRESHOLD
+# failures, no response) before it is judged down: its waiting requests are
+# dead-lettered as host_down (0: never).
+HOST_DOWN_AFTER: Annotated[float, Range(0)] = 900.0
+# Seconds a host-down verdict lasts: its new requests go straight to the DLQ.
+HOST_DOWN_TTL: Annotated[float, Range(above=0)] = 3600.0
 
 # --- Failure policy (extensions.failures, extensions.dlq) ----------------------
 # Retry failures by the README's failure table, in Redis (replaces Scrapy's RetryMiddleware).

@@ -42,6 +42,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from extensions.dlq import LUA_DLQ
 from extensions.hosts import LUA_RECORD
 from extensions.keys import FrontierKeys, crawl_patterns
 from extensions.scripts import script, server_now_ms
@@ -153,30 +154,40 @@ end
 # commit: push new requests and acknowledge finished leases, atomically, so a
 # redirect or retry hands its parent's lease over to the child with no window
 # in which neither is in Redis; and drop the batch's write-ahead entry.
+# A request of a host judged down (its record's ``down`` in the future, see
+# extensions.dlq.HOST_DOWN_LUA) is dead-lettered as ``host_down`` instead.
 # KEYS[1] ready ZSET, KEYS[2] seq counter, KEYS[3] leases ZSET,
 # KEYS[4] lease data HASH, KEYS[5] the worker's write-ahead HASH,
-# KEYS[6] poison LIST, KEYS[7] delayed ZSET
+# KEYS[6] poison LIST, KEYS[7] delayed ZSET, KEYS[8] dlq HASH,
+# KEYS[9] dlq reasons HASH
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix,
 # ARGV[3] number of requests n, ARGV[4] write-ahead entry id ('' for none),
 # then n quadruples (host, priority, member, delay ms: 0 = queue now, else
 # wait in the delayed ZSET), then the lease ids to acknowledge.
-# Returns {requests added, leases acknowledged}.
+# Returns {requests added, leases acknowledged, requests dead-lettered}.
 COMMIT_LUA = (
     _LUA_SCHEDULE_HOST
+    + LUA_DLQ
     + """
 local ready, seq, leases, ldata = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 pkey = KEYS[6]
 local qprefix, hprefix = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[3])
 local now = now_ms()
-local added = 0
+local added, dead = 0, 0
 for i = 0, n - 1 do
   local host = ARGV[5 + i * 4]
   local prio = tonumber(ARGV[6 + i * 4])
   local member = ARGV[7 + i * 4]
   local delay = tonumber(ARGV[8 + i * 4])
-  added = added + queue_or_delay(KEYS[7], ready, qprefix, hprefix, host, prio,
-                                 member, delay, seq, now)
+  local down = tonumber(on_key('HGET', hprefix .. host, 'down') or '0') or 0
+  if down > now then
+    dead = dead + dlq_member(KEYS[8], KEYS[9], host, prio, member, 'host_down',
+                             'host down (HOST_DOWN_AFTER): not queued')
+  else
+    added = added + queue_or_delay(KEYS[7], ready, qprefix, hprefix, host, prio,
+                                   member, delay, seq, now)
+  end
 end
 local acked = 0
 for i = 5 + n * 4, #ARGV do
@@ -184,7 +195,7 @@ for i = 5 + n * 4, #ARGV do
   redis.call('HDEL', ldata, ARGV[i])
 end
 if ARGV[4] ~= '' then redis.call('HDEL', KEYS[5], ARGV[4]) end
-return {added, acked}
+return {added, acked, dead}
 """
 )
 
@@ -485,7 +496,7 @@ class Frontier:
         for r in requests:
             args += [r.host, clamp_priority(r.priority), r.member, max(0, r.delay_ms)]
         args += list(acks)
-        added, acked = await script(self.client, COMMIT_LUA)(
+        added, acked, _dead = await script(self.client, COMMIT_LUA)(
             keys=[
                 k.ready,
                 k.seq,
@@ -494,9 +505,13 @@ class Frontier:
                 k.wal(worker),
                 k.poison,
                 k.delayed,
+                k.dlq,
+                k.dlq_reasons,
             ],
             args=args,
         )
+        # Requests of a host judged down went to the DLQ (its per-reason
+        # counts say how many).
         return int(added), int(acked)
 
     async def log_ahead(

@@ -26,6 +26,14 @@ ms of the Redis clock, durations ms):
 ``breaker``
     How often the circuit breaker opened in a row (its cool-down doubles
     each time); cleared with ``fails`` by a response.
+``failing_since``
+    When the current run of connection failures began (its first failure);
+    cleared with ``fails`` by a response.
+``down``
+    Until when the host is judged down (``HOST_DOWN_AFTER``, see
+    :data:`extensions.dlq.HOST_DOWN_LUA`): its requests go to the
+    dead-letter queue as ``host_down`` instead of its queue (the frontier's
+    commit); cleared by a response.
 
 The effective spacing of a host is max(``delay`` or the default, ``backoff``
 unless forgiven): the ``spacing`` helper of :data:`LUA_RECORD`, used by the
@@ -70,7 +78,8 @@ class HostDown(DownloadConnectionRefusedError):
     """A page request failed without a connection: its host's robots.txt got
     no connection ``ROBOTS_DOWN_AFTER`` times in a row (the robots
     middleware raises it; the failure policy treats it as a connection
-    failure, and the circuit breaker does not count it again)."""
+    failure; the circuit breaker does not count it again, but the host-down
+    verdict of ``HOST_DOWN_AFTER`` is judged on it)."""
 
 
 # Values of POLITENESS_KEY.
@@ -159,7 +168,9 @@ BACKOFF_AT = "backoff_at"
 PARK = "park"
 FAILS = "fails"
 BREAKER = "breaker"
-FIELDS = (NEXT, DELAY, BACKOFF, BACKOFF_AT, PARK, FAILS, BREAKER)
+FAILING_SINCE = "failing_since"
+DOWN = "down"
+FIELDS = (NEXT, DELAY, BACKOFF, BACKOFF_AT, PARK, FAILS, BREAKER, FAILING_SINCE, DOWN)
 
 # The Lua helpers of every script that reads or writes the host record: the
 # Redis clock, the record as numbers, the spacing rule and the park rule.
@@ -172,11 +183,13 @@ LUA_RECORD = (
 -- wrong type aside rather than fail.
 local function host_record(hkey, call)
   local r = (call or redis.call)('HMGET', hkey, 'next', 'delay', 'backoff',
-                                 'backoff_at', 'park', 'fails', 'breaker')
+                                 'backoff_at', 'park', 'fails', 'breaker',
+                                 'failing_since', 'down')
   return {next = tonumber(r[1]) or 0, delay = tonumber(r[2]),
           backoff = tonumber(r[3]) or 0, backoff_at = tonumber(r[4]) or 0,
           park = tonumber(r[5]) or 0, fails = tonumber(r[6]) or 0,
-          breaker = tonumber(r[7]) or 0}
+          breaker = tonumber(r[7]) or 0, failing_since = tonumber(r[8]) or 0,
+          down = tonumber(r[9]) or 0}
 end
 -- The back-off still in force at `now`: one raised longer than `quiet` ms
 -- ago is forgiven.
@@ -249,7 +262,8 @@ return {cur, park_until(KEYS[1], rec, until_ms), raised}
 
 # KEYS[1] the host record.
 # ARGV[1] threshold (failures), ARGV[2] cool-down ms, ARGV[3] max cool-down ms.
-# Counts a connection failure (``fails``). When the count reaches the
+# Counts a connection failure (``fails``; the first of a run sets
+# ``failing_since``). When the count reaches the
 # threshold and the breaker is not already open (park in the future), opens
 # it: park = now + cool-down * 2^(times opened in a row), capped; ``breaker``
 # counts the openings. Returns {fails, park ms if opened by this call else 0}.
@@ -258,6 +272,7 @@ FAIL_SCRIPT = (
     + """
 local now = now_ms()
 local fails = redis.call('HINCRBY', KEYS[1], 'fails', 1)
+redis.call('HSETNX', KEYS[1], 'failing_since', now)
 if fails < tonumber(ARGV[1]) then
   return {fails, 0}
 end
@@ -274,11 +289,12 @@ return {fails, now + cool}
 )
 
 # KEYS[1] the host record. No ARGV.
-# Closes the breaker after a response: clears ``fails`` and ``breaker``.
+# Closes the breaker after a response: clears ``fails``, ``breaker``,
+# ``failing_since`` and a ``down`` verdict (the host answers again).
 # Returns the number of openings it had (0: it was closed).
 SUCCESS_SCRIPT = """
 local opened = tonumber(redis.call('HGET', KEYS[1], 'breaker') or '0') or 0
-redis.call('HDEL', KEYS[1], 'fails', 'breaker')
+redis.call('HDEL', KEYS[1], 'fails', 'breaker', 'failing_since', 'down')
 return opened
 """
 

@@ -16,7 +16,8 @@ key                             type    what it holds
                                         (ms) they may next be fetched from
 ``web:{web}:h:<host>``          HASH    one host's record (ms): ``next``,
                                         ``delay``, ``backoff``, ``backoff_at``,
-                                        ``park``, ``fails``, ``breaker``; each
+                                        ``park``, ``fails``, ``breaker``,
+                                        ``failing_since``, ``down``; each
                                         field is documented by its owner,
                                         :mod:`extensions.hosts`
 ``web:{web}:delayed``           ZSET    retries not due yet: host, priority

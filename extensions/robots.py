@@ -41,7 +41,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 
 from extensions import config, defaults, keys, meta
 from extensions.connection import async_client, retry_redis
-from extensions.failures import DNS_ERRORS
+from extensions.failures import DNS_ERRORS, DOWNLOAD_ERRORS
 from extensions.hosts import (
     Deferral,
     HostDown,
@@ -417,7 +417,9 @@ class SharedRobotsTxtMiddleware:
             # lets us treat the file as unavailable.
             logger.debug("robots.txt of %s ignored: %s", hostkey, exc)
             status, body = 404, b""
-        except Exception as exc:
+        except DOWNLOAD_ERRORS as exc:
+            # What a download fails with; anything else is a bug and surfaces
+            # (it used to be taken for an unreachable file, parking the host).
             logger.info("robots.txt of %s unreachable: %s", hostkey, exc)
             stats.inc_value(f"robotstxt/exception_count/{type(exc).__name__}")
             dns = isinstance(exc, DNS_ERRORS)

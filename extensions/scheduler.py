@@ -433,7 +433,13 @@ class RedisScheduler(BaseScheduler):
     async def _run(self) -> None:
         while not self._closing:
             try:
+                pending = self.has_pending_requests()
                 await self._step()
+                if pending and not self.has_pending_requests():
+                    # The last ack went out, or the fleet's last lease ended:
+                    # let the engine see the idle spider now, not at its
+                    # next 5 s heartbeat (the idle time runs from here).
+                    self._wake_engine()
                 if self._redis_down_since is not None:
                     logger.warning(
                         "Redis is reachable again after %.1fs",
@@ -816,28 +822,35 @@ class RedisScheduler(BaseScheduler):
                 await asyncio.sleep(self._redis_failed(exc))
 
     def _wake_engine(self) -> None:
-        """Ask the engine to poll the scheduler now.
-
-        The engine polls after each response and every 5 s (its heartbeat);
-        requests that arrive from Redis in between would wait for that
-        heartbeat. Scrapy has no public call for an earlier poll, so this
-        schedules the engine's own next call (``ExecutionEngine._slot.nextcall``,
-        private): the one place webcrawl touches Scrapy's insides. Should a
-        Scrapy release rename it, requests wait for the heartbeat (slower,
-        never wrong) and this says so once.
-        """
-        try:
-            engine = self.crawler.engine
-        except RuntimeError:  # not crawling (yet): nothing to wake
-            return
-        if engine is None:
-            return
-        nextcall = getattr(getattr(engine, "_slot", None), "nextcall", None)
-        if nextcall is not None:
-            nextcall.schedule()
-        elif not self._wake_warned:
+        """Ask the engine to poll the scheduler now (:func:`wake_engine`)."""
+        if not wake_engine(self.crawler) and not self._wake_warned:
             self._wake_warned = True
             logger.warning(
                 "This Scrapy's engine has no _slot.nextcall: requests leased "
                 "from Redis wait for the engine's heartbeat (up to 5 s)"
             )
+
+
+def wake_engine(crawler: Crawler) -> bool:
+    """Ask the engine to poll the scheduler now; False if it cannot be asked.
+
+    The engine polls after each response and every 5 s (its heartbeat), and
+    only then asks an idle spider whether to close: requests that arrive
+    from Redis in between, or an idle time that ends in between, would wait
+    for that heartbeat. Scrapy has no public call for an earlier poll, so this
+    schedules the engine's own next call (``ExecutionEngine._slot.nextcall``,
+    private): the one place webcrawl touches Scrapy's insides. Should a
+    Scrapy release rename it, the engine waits for its heartbeat (slower,
+    never wrong). True when there is no engine to wake (not crawling).
+    """
+    try:
+        engine = crawler.engine
+    except RuntimeError:  # not crawling (yet): nothing to wake
+        return True
+    if engine is None:
+        return True
+    nextcall = getattr(getattr(engine, "_slot", None), "nextcall", None)
+    if nextcall is None:
+        return False
+    nextcall.schedule()
+    return True

@@ -60,7 +60,10 @@ FEATURES = frozenset(
         "content",
         "manylinks",
         "failures",
+        "ssrf",
         "traps",
+        "unparseable",
+        "hostdown",
     }
 )
 # Children per page in the spanning tree that makes every page reachable.

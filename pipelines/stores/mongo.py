@@ -203,12 +203,13 @@ class MongoStore:
             visits=visits,
         )
         result.written = len(written)
+        # A filtered record leaves a stored page's content and bands alone
+        # (its metadata write was an insert only, see _bulk).
+        kept = visits | {d["_id"] for d in metadata_docs if d.get("filtered")}
         stale = [
             d["_id"]
             for d in metadata_docs
-            if d["_id"] in written
-            and not d.get("has_content")
-            and d["_id"] not in visits
+            if d["_id"] in written and not d.get("has_content") and d["_id"] not in kept
         ]
         content = [
             d
@@ -232,7 +233,7 @@ class MongoStore:
             and d.get("simhash")
         ]
         # A visit (a 304) keeps the stored content, so it keeps its bands.
-        indexed = {d["_id"] for d in originals} | visits
+        indexed = {d["_id"] for d in originals} | kept
         self._bulk(
             db["pages_simhash"],
             originals,
@@ -396,10 +397,18 @@ class MongoStore:
     ) -> set[str]:
         """Upsert ``docs`` (and delete ``delete_ids``) in one unordered bulk
         write; return the ids of the documents written. The ``visits`` ids
-        update only the fields their document names."""
+        update only the fields their document names; a filtered record is
+        written only where none is stored."""
         ops: list[Any] = [
             UpdateOne({"_id": d["_id"]}, {"$set": d})
             if d["_id"] in visits
+            # A filtered record never replaces a stored page (see base).
+            else UpdateOne(
+                {"_id": d["_id"]},
+                {"$setOnInsert": {k: v for k, v in d.items() if k != "_id"}},
+                upsert=True,
+            )
+            if d.get("filtered")
             else ReplaceOne({"_id": d["_id"]}, d, upsert=True)
             for d in docs
         ]

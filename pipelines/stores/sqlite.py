@@ -82,8 +82,12 @@ def _store_error(error: sqlite3.Error, what: str) -> Exception:
     return cls(f"sqlite {what}: {error}")
 
 
-# Metadata columns added with continuous crawling (pipelines.stores.base).
+# Metadata columns added with continuous crawling, then the headers of
+# non-HTML records (pipelines.stores.base): a store written before gains them.
 HISTORY_COLUMNS = ("checked_at", "history")
+ADDED_COLUMNS = (*HISTORY_COLUMNS, "headers", "filtered")
+# Columns kept as JSON text (MongoDB keeps the lists themselves).
+JSON_COLUMNS = ("history", "headers")
 
 # The near-duplicate band index (see pipelines.stores.base): a page's rows go
 # with its metadata row, in the same transaction.
@@ -117,6 +121,20 @@ def _upsert_sql(table: str, fields: dict[str, str]) -> str:
     )
 
 
+def _insert_sql(table: str, fields: dict[str, str]) -> str:
+    """An insert that leaves a stored row alone (a filtered record).
+
+    >>> _insert_sql("t", {"_id": "TEXT", "a": "TEXT"})
+    'INSERT INTO t (id, a) VALUES (?, ?) ON CONFLICT DO NOTHING'
+    """
+    cols = [_column(n) for n in fields]
+    marks = ", ".join("?" for _ in cols)
+    return (
+        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks}) "
+        "ON CONFLICT DO NOTHING"
+    )
+
+
 class SQLiteStore:
     """:class:`~pipelines.stores.base.PageStore` on a SQLite file.
 
@@ -136,6 +154,7 @@ class SQLiteStore:
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._meta_sql = _upsert_sql("pages_metadata", METADATA_FIELDS)
+        self._filtered_sql = _insert_sql("pages_metadata", METADATA_FIELDS)
         self._content_sql = _upsert_sql("pages_content", CONTENT_FIELDS)
 
     @classmethod
@@ -174,11 +193,12 @@ class SQLiteStore:
                     "CREATE INDEX IF NOT EXISTS pages_versions_page_id "
                     "ON pages_versions (page_id, fetched_at)"
                 )
-                # A store written before continuous crawling lacks its two
-                # columns: add them, empty. Older schemas are still refused.
+                # A store written before continuous crawling (or before
+                # headers were kept) lacks those columns: add them, empty.
+                # Older schemas are still refused.
                 have = {r[1] for r in conn.execute("PRAGMA table_info(pages_metadata)")}
                 if have and "worker" in have:
-                    for name in HISTORY_COLUMNS:
+                    for name in ADDED_COLUMNS:
                         if name not in have:
                             conn.execute(
                                 f"ALTER TABLE pages_metadata ADD COLUMN {name} "
@@ -233,6 +253,17 @@ class SQLiteStore:
                                 self.history_max,
                             )
                         )
+                        if doc.get("filtered"):
+                            # Never over a stored page (see base): one
+                            # statement, whatever another worker wrote.
+                            full = {**doc, "checked_at": doc.get("fetched_at"),
+                                    "history": history}  # fmt: skip
+                            conn.execute(
+                                self._filtered_sql,
+                                [full.get(n) for n in METADATA_FIELDS],
+                            )
+                            written.add(doc["_id"])
+                            continue
                         if doc.get("status") == NOT_MODIFIED and previous:
                             # A visit only: the stored page and content stand.
                             conn.execute(
@@ -248,6 +279,9 @@ class SQLiteStore:
                             **doc,
                             "checked_at": doc.get("fetched_at"),
                             "history": history,
+                            "headers": None
+                            if doc.get("headers") is None
+                            else json.dumps(doc["headers"]),
                         }
                         row = [full.get(n) for n in METADATA_FIELDS]
                         try:
@@ -393,8 +427,11 @@ class SQLiteStore:
         docs = []
         for row in rows:
             doc = {("_id" if k == "id" else k): row[k] for k in row.keys()}  # noqa: SIM118
-            # SQLite keeps the visit history as JSON text (MongoDB: a list).
+            # SQLite keeps the visit history and the headers as JSON text
+            # (MongoDB: lists).
             doc["history"] = json.loads(doc.get("history") or "[]")
+            if doc.get("headers") is not None:
+                doc["headers"] = json.loads(doc["headers"])
             docs.append(doc)
         return docs
 
