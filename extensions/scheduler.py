@@ -322,10 +322,12 @@ class RedisScheduler(BaseScheduler):
         )
 
     def enqueue_request(self, request: Request) -> bool:
+        # Under the object the engine announced (request_scheduled), before
+        # canonicalizing makes a new one.
+        self._announced.pop(id(request), None)
         canonical = canonicalize_url(request.url)
         if canonical != request.url:
             request = request.replace(url=canonical)
-        self._announced.pop(id(request), None)
         if self._seen_before is not None and self._seen_before(request):
             # A repeat of a fingerprint this worker's dupefilter already
             # answered for (most links of a page): dropped before it is

@@ -279,6 +279,33 @@ def test_repeated_link_is_dropped_without_redis(redis_url: str) -> None:
     run(body)
 
 
+def test_redirect_to_a_non_canonical_url_is_not_taken_for_refused(
+    redis_url: str,
+) -> None:
+    # The engine announces a redirect in request_scheduled, then calls
+    # enqueue_request, which canonicalizes it into a new Request object: the
+    # announcement must be cleared under the object the engine announced,
+    # or the redirect is dead-lettered as refused though it was queued.
+    async def body() -> None:
+        crawler = make_crawler(redis_url)
+        s = await opened(crawler)
+        s.enqueue_request(Request("http://a.test/old"))
+        (parent,) = await drain(s, 1)
+        child = parent.replace(url="http://A.TEST/new#top")  # lease copied
+        crawler.signals.send_catch_log(signals.request_scheduled, request=child)
+        assert s.enqueue_request(child)
+        (got,) = await drain(s, 1)
+        assert got.url == "http://a.test/new"
+        await asyncio.sleep(0.05)  # past the announcement check
+        stats = crawler.stats
+        assert stats is not None
+        assert stats.get_value("scheduler/refused_on_schedule") is None
+        assert stats.get_value("dlq/offsite_redirect") is None
+        await s.close_async("finished")
+
+    run(body)
+
+
 def test_unserializable_request_is_counted_and_kept(redis_url: str) -> None:
     async def body() -> None:
         crawler = make_crawler(redis_url)
