@@ -47,7 +47,7 @@ SCHEDULER_FLUSH_ON_START = False
 FRONTIER_PRIORITY_FUNCTION = "extensions.scoring.seed_priority"
 
 # --- Continuous crawling (extensions.recrawl) ---------------------------------
-# Revisit every stored page: a next-visit time per page, conditional GET, adaptive interval.
+# Revisit every stored page: a next-visit time per page, conditional GET, a revisit policy.
 RECRAWL_ENABLED = False
 # Shortest revisit interval of a page, seconds.
 RECRAWL_MIN_INTERVAL: Annotated[float, Range(above=0)] = 3600.0
@@ -55,8 +55,14 @@ RECRAWL_MIN_INTERVAL: Annotated[float, Range(above=0)] = 3600.0
 RECRAWL_DEFAULT_INTERVAL: Annotated[float, Range(above=0)] = 86400.0
 # Longest revisit interval of a page, seconds.
 RECRAWL_MAX_INTERVAL: Annotated[float, Range(above=0)] = 2_592_000.0
+# Budgeted policy's price of a fetch, seconds: pages estimated to change more often are not chased.
+RECRAWL_GIVE_UP_INTERVAL: Annotated[float, Range(above=0)] = 7200.0
 # Dotted path of the policy function(visit, bounds) -> next interval in seconds.
-RECRAWL_POLICY = "extensions.recrawl.adaptive_interval"
+RECRAWL_POLICY = "extensions.recrawl.budgeted_interval"
+# Class path of a store for next visits beyond RECRAWL_WINDOW (empty: the whole schedule in Redis).
+RECRAWL_SCHEDULE_STORE = ""
+# Seconds ahead whose revisits are kept in Redis when RECRAWL_SCHEDULE_STORE is set.
+RECRAWL_WINDOW: Annotated[float, Range(above=0)] = 3600.0
 # Due revisits claimed per poll of the schedule.
 RECRAWL_BATCH_SIZE: Annotated[int, Range(1, 100_000)] = 100
 # Seconds between polls of the schedule for due revisits.

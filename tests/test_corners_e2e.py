@@ -239,12 +239,19 @@ def test_two_workers_crawl_every_corner_and_account_for_every_url(
     stored, dead_lettered = set(pages), set(dead)
     unaccounted = entered - stored - dead_lettered - waiting
     assert not unaccounted, sorted(unaccounted)[:10]
-    # A URL refused by a query-variant budget is filtered with a record: in
-    # the store, naming the limit, with no content.
-    refused = {u for u, p in pages.items() if p.metadata.get("filtered")}
-    assert refused, "no trap budget refusal was recorded"
-    assert all(urlsplit(u).path.startswith(BUDGET_PATHS) for u in refused), refused
-    assert fleet_stat(logs, "traps/filtered/query_variants") >= len(refused)
+    # A URL a trap limit refused is filtered with a record: in the store,
+    # naming the limit, never fetched; the budgets' refusals are only that
+    # (not dead letters), repeated segments are dead letters as well.
+    filtered = {
+        u: p.metadata["filtered"]
+        for u, p in pages.items()
+        if p.metadata.get("filtered")
+    }
+    budget = {u for u, why in filtered.items() if why == "query_variants"}
+    assert budget and all(urlsplit(u).path.startswith(BUDGET_PATHS) for u in budget)
+    assert not budget & dead_lettered
+    assert fleet_stat(logs, "traps/filtered/query_variants") >= len(budget)
+    assert not {u for u in filtered if fetches.get(u)}, "a filtered URL was fetched"
     # The buckets do not overlap: a dead letter is not waiting, and a page
     # still waiting has no final record.
     assert not dead_lettered & waiting

@@ -568,3 +568,34 @@ def test_find_original_across_versions_and_304_visits(store_factory: Any) -> Non
         found = find(near_new)
         assert found is not None and (found.kind, found.page_id) == ("near", v2.page_id)
     store.close()
+
+
+def test_recrawl_schedule_keeps_next_visits_by_url(store_factory: Any) -> None:
+    """The store-side recrawl schedule: one entry per URL (a reschedule
+    replaces it), read earliest first up to a time, deleted only while still
+    due then (a reschedule meanwhile survives), persistent."""
+    store, reopen = store_factory
+    assert store.schedule_count() == 0
+    store.schedule_put([(f"http://a.test/{n}", 1000 * n, f"r{n}") for n in range(10)])
+    store.schedule_put([("http://a.test/3", 50_000, "r3b")])  # rescheduled later
+    assert store.schedule_count() == 10
+    due = store.schedule_due(4500, 3)
+    assert due == [("http://a.test/0", 0, "r0"), ("http://a.test/1", 1000, "r1"),
+                   ("http://a.test/2", 2000, "r2")]  # fmt: skip
+    assert [u for u, _, _ in store.schedule_due(4500, 100)][-1] == "http://a.test/4"
+    # http://a.test/1 was rescheduled between the read and the delete.
+    store.schedule_put([("http://a.test/1", 70_000, "r1b")])
+    store.schedule_delete([(u, d) for u, d, _ in due])
+    assert store.schedule_count() == 8
+    store.close()
+    again = reopen()
+    again.open()
+    try:
+        assert again.schedule_due(4500, 100) == [("http://a.test/4", 4000, "r4")]
+        later = again.schedule_due(10**9, 100)
+        assert ("http://a.test/1", 70_000, "r1b") in later
+        assert later[-1] == ("http://a.test/1", 70_000, "r1b")
+        assert ("http://a.test/3", 50_000, "r3b") in later
+    finally:
+        again.close()
+        store.open()  # the fixture closes it (and drops a real database)

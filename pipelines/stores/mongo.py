@@ -2,8 +2,11 @@
 
 Collections ``pages_metadata``, ``pages_content`` and ``pages_simhash``
 (``{_id: page id, simhash: hex, bands: [int]}``, see
-:mod:`pipelines.stores.base`); indexes created at open: ``url`` unique,
-``domain``, ``fetched_at``, ``content_hash``, and ``bands`` (multikey). A
+:mod:`pipelines.stores.base`), and ``recrawl_schedule`` (``{_id: url, due:
+ms, record: str}``, the continuous crawl's store-side schedule,
+:mod:`pipelines.stores.schedule`); indexes created at open: ``url`` unique,
+``domain``, ``fetched_at``, ``content_hash``, ``bands`` (multikey) and the
+schedule's ``due``. A
 batch is three unordered bulk writes of ``ReplaceOne(upsert=True)`` by
 ``_id`` (metadata first, then the content and the band index of the metadata
 that was written), so a retried batch is harmless.
@@ -64,7 +67,7 @@ from pipelines.stores.base import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
     from scrapy.settings import BaseSettings
 
@@ -165,12 +168,9 @@ class MongoStore:
             )
             db["pages_versions"].create_index("url", name="url")
             db["pages_simhash"].create_index("bands", name="bands")
-        except ConnectionFailure as e:
-            raise TransientStoreError(f"mongodb unreachable: {e}") from e
-        except OperationFailure as e:
-            if _is_transient(e.code, _labels(e)):
-                raise TransientStoreError(f"mongodb: {e}") from e
-            raise PermanentStoreError(f"mongodb: {e}") from e
+            db["recrawl_schedule"].create_index("due", name="due")
+        except (ConnectionFailure, OperationFailure) as e:
+            raise _store_error(e) from e
         self._db = db
         logger.info("Page store: MongoDB %s", self)
 
@@ -517,6 +517,46 @@ class MongoStore:
 
     def content_count(self) -> int:
         return int(self._database()["pages_content"].count_documents({}))
+
+    # --- the continuous crawl's store-side schedule ---------------------------
+    def schedule_put(self, entries: Sequence[tuple[str, int, str]]) -> None:
+        """Set the next visit (``due``, ms) and record of each ``url``."""
+        ops = [ReplaceOne({"_id": u}, {"_id": u, "due": d, "record": r}, upsert=True)
+               for u, d, r in entries]  # fmt: skip
+        if ops:
+            self._schedule(lambda c: c.bulk_write(ops, ordered=False))
+
+    def schedule_due(self, until: int, limit: int) -> list[tuple[str, int, str]]:
+        """Up to ``limit`` entries due at or before ``until`` (ms), earliest first."""
+        docs = self._schedule(
+            lambda c: list(c.find({"due": {"$lte": until}}).sort("due", 1).limit(limit))
+        )
+        return [(str(d["_id"]), int(d["due"]), str(d["record"])) for d in docs]
+
+    def schedule_delete(self, entries: Sequence[tuple[str, int]]) -> None:
+        """Remove each ``(url, due)`` still due then (an entry rescheduled
+        meanwhile has another ``due`` and stays)."""
+        ops = [DeleteOne({"_id": u, "due": d}) for u, d in entries]
+        if ops:
+            self._schedule(lambda c: c.bulk_write(ops, ordered=False))
+
+    def schedule_count(self) -> int:
+        return int(self._schedule(lambda c: c.count_documents({})))
+
+    def _schedule(self, call: Callable[[Any], Any]) -> Any:
+        try:
+            return call(self._database()["recrawl_schedule"])
+        except (ConnectionFailure, OperationFailure) as e:
+            raise _store_error(e) from e
+
+
+def _store_error(error: ConnectionFailure | OperationFailure) -> Exception:
+    """The store error a connection failure or a refused operation stands for."""
+    if isinstance(error, ConnectionFailure):
+        return TransientStoreError(f"mongodb unreachable: {error}")
+    if _is_transient(error.code, _labels(error)):
+        return TransientStoreError(f"mongodb: {error}")
+    return PermanentStoreError(f"mongodb: {error}")
 
 
 def _labels(error: PyMongoError) -> list[str]:

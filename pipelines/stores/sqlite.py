@@ -5,7 +5,9 @@ Used when ``MONGO_URI`` is empty, at ``WEBCRAWL_HOME/pages.sqlite3``: tables
 ``content_hash``) and ``pages_content``, the columns of
 :data:`pipelines.stores.base.METADATA_FIELDS` and ``CONTENT_FIELDS`` (``_id``
 is the column ``id``), and ``pages_simhash`` (``band``, ``id``, ``simhash``:
-four rows per original page, primary key ``(band, id)``, indexed by ``id``).
+four rows per original page, primary key ``(band, id)``, indexed by ``id``),
+and ``recrawl_schedule`` (``url`` primary key, ``due`` indexed, ``record``:
+the continuous crawl's store-side schedule, :mod:`pipelines.stores.schedule`).
 WAL journaling lets ``python -m pipelines.read`` read while a crawl writes.
 
 Settings read (by :meth:`SQLiteStore.from_settings`): ``WEBCRAWL_HOME``,
@@ -50,7 +52,7 @@ from pipelines.stores.base import (
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from scrapy.settings import BaseSettings
 
@@ -94,6 +96,12 @@ JSON_COLUMNS = ("history", "headers")
 SIMHASH_TABLE = (
     "CREATE TABLE IF NOT EXISTS pages_simhash (band INTEGER NOT NULL, "
     "id TEXT NOT NULL, simhash TEXT NOT NULL, PRIMARY KEY (band, id)) WITHOUT ROWID"
+)
+
+
+SCHEDULE_TABLE = (
+    "CREATE TABLE IF NOT EXISTS recrawl_schedule (url TEXT PRIMARY KEY, "
+    "due INTEGER NOT NULL, record TEXT NOT NULL)"
 )
 
 
@@ -210,6 +218,11 @@ class SQLiteStore:
                         f"ON pages_metadata ({name})"
                     )
                 conn.execute(SIMHASH_TABLE)
+                conn.execute(SCHEDULE_TABLE)
+                conn.execute(
+                    "CREATE INDEX IF NOT EXISTS recrawl_schedule_due "
+                    "ON recrawl_schedule (due)"
+                )
                 conn.execute(
                     "CREATE INDEX IF NOT EXISTS pages_simhash_id ON pages_simhash (id)"
                 )
@@ -478,19 +491,59 @@ class SQLiteStore:
             after = (docs[-1]["fetched_at"], docs[-1]["_id"])
 
     def count(self) -> int:
-        with self._lock:
-            row = (
-                self._connection()
-                .execute("SELECT COUNT(*) FROM pages_metadata")
-                .fetchone()
-            )
-            return int(row[0])
+        return self._rows("pages_metadata")
 
     def content_count(self) -> int:
+        return self._rows("pages_content")
+
+    def _rows(self, table: str) -> int:
         with self._lock:
-            row = (
-                self._connection()
-                .execute("SELECT COUNT(*) FROM pages_content")
-                .fetchone()
-            )
+            row = self._connection().execute(f"SELECT COUNT(*) FROM {table}").fetchone()
             return int(row[0])
+
+    # --- the continuous crawl's store-side schedule ---------------------------
+    def schedule_put(self, entries: Sequence[tuple[str, int, str]]) -> None:
+        """Set the next visit (``due``, ms) and record of each ``url``."""
+        self._schedule_write(
+            "INSERT INTO recrawl_schedule (url, due, record) VALUES (?, ?, ?) "
+            "ON CONFLICT (url) DO UPDATE SET due = excluded.due, "
+            "record = excluded.record",
+            entries,
+        )
+
+    def schedule_due(self, until: int, limit: int) -> list[tuple[str, int, str]]:
+        """Up to ``limit`` entries due at or before ``until`` (ms), earliest first."""
+        with self._lock:
+            try:
+                rows = (
+                    self._connection()
+                    .execute(
+                        "SELECT url, due, record FROM recrawl_schedule WHERE due <= ? "
+                        "ORDER BY due LIMIT ?",
+                        (until, limit),
+                    )
+                    .fetchall()
+                )
+            except sqlite3.Error as e:
+                raise _store_error(e, "read the schedule") from e
+        return [(str(u), int(d), str(r)) for u, d, r in rows]
+
+    def schedule_delete(self, entries: Sequence[tuple[str, int]]) -> None:
+        """Remove each ``(url, due)`` still due then (an entry rescheduled
+        meanwhile has another ``due`` and stays)."""
+        self._schedule_write(
+            "DELETE FROM recrawl_schedule WHERE url = ? AND due = ?", entries
+        )
+
+    def schedule_count(self) -> int:
+        return self._rows("recrawl_schedule")
+
+    def _schedule_write(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        if not rows:
+            return
+        with self._lock:
+            try:
+                with self._connection() as conn:
+                    conn.executemany(sql, rows)
+            except sqlite3.Error as e:
+                raise _store_error(e, "write the schedule") from e
