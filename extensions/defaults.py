@@ -125,6 +125,8 @@ BREAKER_MAX_COOLDOWN: Annotated[float, Range(above=0)] = 86400.0
 # failures, no response) before it is judged down: its waiting requests are
 # dead-lettered as host_down (0: never).
 HOST_DOWN_AFTER: Annotated[float, Range(0)] = 900.0
+# Seconds a host's name may fail to resolve (two failures at least that far apart, no response between) before all its requests are dead-lettered as dns (0: never).
+DNS_DOWN_AFTER: Annotated[float, Range(0)] = 30.0
 # Seconds a host-down verdict lasts: its new requests go straight to the DLQ.
 HOST_DOWN_TTL: Annotated[float, Range(above=0)] = 3600.0
 

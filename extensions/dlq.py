@@ -92,6 +92,16 @@ local function dlq_put(dlq, reasons, url, entry)
 end
 local function dlq_member(dlq, reasons, host, prio, member, reason, err)
   local url = string.match(member, '^[^\\n]*')
+  if reason == 'host_down' then
+    -- The frontier's commit names every verdict host_down: a verdict made
+    -- for another reason (dns) keeps it in the host record beside 'down'
+    -- (the record's key: the dlq's tag, 'h:', the host; the same slot).
+    local rkey = string.sub(dlq, 1, #dlq - 3) .. 'h:' .. host
+    local why = redis.call('HGET', rkey, 'down_reason')
+    if why == 'dns' then
+      reason, err = 'dns', 'name does not resolve (DNS_DOWN_AFTER): not queued'
+    end
+  end
   dlq_put(dlq, reasons, url, {url = url, host = host, reason = reason,
     request = member, priority = prio, status = cjson.null, error = err,
     attempts = 0, first_failure = cjson.null})
@@ -142,36 +152,39 @@ return out
 # (one host's queue and record, and the frontier's ready, delayed and DLQ).
 # KEYS[1] host record HASH, KEYS[2] host queue ZSET, KEYS[3] ready ZSET,
 # KEYS[4] delayed ZSET, KEYS[5] dlq HASH, KEYS[6] reasons HASH
-# ARGV[1] host key, ARGV[2] HOST_DOWN_AFTER ms, ARGV[3] HOST_DOWN_TTL ms,
-# ARGV[4] the error to record
+# ARGV[1] host key, ARGV[2] HOST_DOWN_AFTER (or DNS_DOWN_AFTER) ms,
+# ARGV[3] HOST_DOWN_TTL ms, ARGV[4] the error to record, ARGV[5] the
+# verdict's reason: 'host_down', or 'dns' (a name that does not resolve)
 # When a verdict is in force (``down`` in the future): nothing to do. Else,
 # when the record's ``failing_since`` is at least ARGV[2] ms old: ``down`` =
-# now + ARGV[3], the host parked as long (nothing of it is leased), every
-# request of its queue and of the delayed ZSET dead-lettered as
-# ``host_down`` (the delayed ZSET is read whole: a verdict is rare, and it
-# holds retries only). Returns {requests dead-lettered, the verdict's end
-# in ms (0: none in force), 1 if this call made the verdict else 0}.
+# now + ARGV[3] and ``down_reason`` = ARGV[5] (the commit's dead letters of
+# the host take that reason, see dlq_member), the host parked as long
+# (nothing of it is leased), every request of its queue and of the delayed
+# ZSET dead-lettered with reason ARGV[5] (the delayed ZSET is read whole: a
+# verdict is rare, and it holds retries only). Returns {requests
+# dead-lettered, the verdict's end in ms (0: none in force), 1 if this call
+# made the verdict else 0}.
 HOST_DOWN_LUA = (
     LUA_DLQ
     + LUA_RECORD
     + """
 local hkey, q, ready, delayed, dlq, reasons = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
                                               KEYS[5], KEYS[6]
-local host, err = ARGV[1], ARGV[4]
+local host, err, why = ARGV[1], ARGV[4], ARGV[5]
 local now = now_ms()
 local rec = host_record(hkey)
 if rec.down > now then return {0, rec.down, 0} end
 local since = rec.failing_since
 if since == 0 or now - since < tonumber(ARGV[2]) then return {0, 0, 0} end
 local down = now + tonumber(ARGV[3])
-redis.call('HSET', hkey, 'down', down)
+redis.call('HSET', hkey, 'down', down, 'down_reason', why)
 park_until(hkey, rec, down)
 local n = 0
 local queued = redis.call('ZRANGE', q, 0, -1, 'WITHSCORES')
 for i = 1, #queued, 2 do
   -- The frontier's score: (32768 - priority) * 2^36 + seq.
   local prio = 32768 - math.floor(tonumber(queued[i + 1]) / 68719476736)
-  n = n + dlq_member(dlq, reasons, host, prio, queued[i], 'host_down', err)
+  n = n + dlq_member(dlq, reasons, host, prio, queued[i], why, err)
 end
 redis.call('DEL', q)
 redis.call('ZREM', ready, host)
@@ -181,7 +194,7 @@ for _, entry in ipairs(redis.call('ZRANGE', delayed, 0, -1)) do
     local prio, member = string.match(entry, '^[^\\n]+\\n([^\\n]*)\\n(.*)$')
     if member then
       n = n + dlq_member(dlq, reasons, host, tonumber(prio) or 0, member,
-                         'host_down', err)
+                         why, err)
     end
     redis.call('ZREM', delayed, entry)
   end
@@ -339,10 +352,16 @@ class DeadLetters:
         return letters, left
 
     async def host_down(
-        self, hostkey: str, after_ms: int, ttl_ms: int, error: str
+        self,
+        hostkey: str,
+        after_ms: int,
+        ttl_ms: int,
+        error: str,
+        reason: str = "host_down",
     ) -> tuple[int, int, bool]:
         """Judge ``hostkey`` down if it has been failing for ``after_ms``,
-        and then dead-letter its waiting requests (:data:`HOST_DOWN_LUA`):
+        and then dead-letter its waiting requests with ``reason``
+        (``host_down``, or ``dns``: see :data:`HOST_DOWN_LUA`):
         ``(requests dead-lettered, end of the verdict in force in epoch ms
         of the Redis clock or 0 when none, whether this call made it)``."""
         k = self._keys(hostkey)
@@ -355,7 +374,7 @@ class DeadLetters:
                 k.dlq,
                 k.dlq_reasons,
             ],
-            args=[hostkey, int(after_ms), int(ttl_ms), error[:500]],
+            args=[hostkey, int(after_ms), int(ttl_ms), error[:500], reason],
         )
         return int(n), int(down), bool(made)
 

@@ -35,6 +35,10 @@ ms of the Redis clock, durations ms):
     :data:`extensions.dlq.HOST_DOWN_LUA`): its requests go to the
     dead-letter queue as ``host_down`` instead of its queue (the frontier's
     commit); cleared by a response.
+``down_reason``
+    Why ``down`` was set, the one field that is not a number: ``host_down``,
+    or ``dns`` when the host's name has not resolved for ``DNS_DOWN_AFTER``
+    (its requests are then dead-lettered as ``dns``); cleared with ``down``.
 
 The effective spacing of a host is max(``delay`` or the default, ``backoff``
 unless forgiven): the ``spacing`` helper of :data:`LUA_RECORD`, used by the
@@ -314,7 +318,8 @@ return {fails, now + cool}
 # Returns the number of openings it had (0: it was closed).
 SUCCESS_SCRIPT = """
 local opened = tonumber(redis.call('HGET', KEYS[1], 'breaker') or '0') or 0
-redis.call('HDEL', KEYS[1], 'fails', 'breaker', 'failing_since', 'down')
+redis.call('HDEL', KEYS[1], 'fails', 'breaker', 'failing_since', 'down',
+           'down_reason')
 return opened
 """
 

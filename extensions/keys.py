@@ -33,7 +33,8 @@ key                             type    what it holds
 ``web:{web}:h:<host>``          HASH    one host's record (ms): ``next``,
                                         ``delay``, ``backoff``, ``backoff_at``,
                                         ``park``, ``fails``, ``breaker``,
-                                        ``failing_since``, ``down``; each
+                                        ``failing_since``, ``down``,
+                                        ``down_reason``; each
                                         field is documented by its owner,
                                         :mod:`extensions.hosts`
 ``web:{web}:delayed``           ZSET    retries not due yet: host, priority
