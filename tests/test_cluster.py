@@ -23,7 +23,9 @@ from demo.cluster import LocalCluster
 from demo.localcrawl import crawl_sandbox
 from extensions import connection
 from extensions.bloom import AsyncBloomFilter, BloomFilter
-from extensions.frontier import Frontier, QueuedRequest, Worker
+from extensions.dlq import DeadLetters
+from extensions.frontier import Frontier, PartitionedFrontier, QueuedRequest, Worker
+from extensions.hosts import host_partition
 from extensions.keys import FrontierKeys, start_urls
 from sandbox.site import SiteSpec
 from tests.test_crawl_e2e import assert_complete
@@ -297,3 +299,34 @@ def test_bloom_filter_on_a_cluster_both_clients(cluster: LocalCluster) -> None:
             await client.aclose()
 
     assert asyncio.run(run()) == [True] * 25 + [False] * 25
+
+
+def test_host_verdicts_and_unrecorded_dead_letters_on_a_cluster(
+    cluster: LocalCluster,
+) -> None:
+    """The dead-letter helpers reach the keys named beside the ones a script
+    declares (``<dlq>:unrecorded``, the host record's ``down_reason``): the
+    same hash tag, so the same slot, on every partition."""
+    settings = Settings({"REDIS_URL": cluster.url, "REDIS_CLUSTER": True})
+    host = "http://gone.test:80"
+    part = host_partition(host, PARTITIONS)
+
+    async def run() -> tuple[int, list[str], list[str]]:
+        client = connection.new_async_client(settings)
+        try:
+            frontier = PartitionedFrontier(client, "web", PARTITIONS)
+            await frontier.commit([QueuedRequest(host, 0, b"http://gone.test/a")])
+            k = FrontierKeys("web", part, PARTITIONS)
+            await client.hset(k.host(host), "failing_since", 1)
+            dlq = DeadLetters(client, "web", PARTITIONS)
+            swept, _down, _made = await dlq.host_down(host, 1, 60_000, "x", "dns")
+            await frontier.commit([QueuedRequest(host, 0, b"http://gone.test/b")])
+            letters, _left = await dlq.unrecorded(10)
+            return swept, sorted(x.url for x in letters), [x.reason for x in letters]
+        finally:
+            await client.aclose()
+
+    swept, urls, reasons = asyncio.run(run())
+    assert swept == 1
+    assert urls == ["http://gone.test/a", "http://gone.test/b"]
+    assert reasons == ["dns", "dns"]
