@@ -26,6 +26,15 @@ ms of the Redis clock, durations ms):
 ``breaker``
     How often the circuit breaker opened in a row (its cool-down doubles
     each time); cleared with ``fails`` by a response.
+``spilled``
+    Requests of the host in the spill store (``FRONTIER_SPILL_STORE``), and
+    on their way there: raised by the frontier's commit script for each
+    request it refuses, lowered by the refill script of
+    :mod:`extensions.spill` as it moves them back (and by recovery).
+``spilling``
+    Of those, the ones a worker has not yet confirmed written to the spill
+    store: a refill waits until it is 0, so it never moves a later request
+    back ahead of an earlier one still on its way.
 
 The effective spacing of a host is max(``delay`` or the default, ``backoff``
 unless forgiven): the ``spacing`` helper of :data:`LUA_RECORD`, used by the
@@ -160,6 +169,9 @@ PARK = "park"
 FAILS = "fails"
 BREAKER = "breaker"
 FIELDS = (NEXT, DELAY, BACKOFF, BACKOFF_AT, PARK, FAILS, BREAKER)
+# The spill counters (extensions.spill): not read by host_record.
+SPILLED = "spilled"
+SPILLING = "spilling"
 
 # The Lua helpers of every script that reads or writes the host record: the
 # Redis clock, the record as numbers, the spacing rule and the park rule.

@@ -44,6 +44,11 @@ key                             type    what it holds
                                         last-modified, content hash]
 ``web:{web}:lock:<id>``         STRING  per-host download lock (token, PX);
                                         id: host, registered domain or IP
+``web:{web}:refill``            SET     hosts with spilled requests
+                                        (``FRONTIER_SPILL_STORE``) and a queue
+                                        shorter than ``FRONTIER_SPILL_BATCH``
+``web:{web}:spill:lock:<host>`` STRING  short lock: one refill of a host at
+                                        a time (token, PX)
 ``web:stats:{web:stats}:fleet``  HASH    fleet totals: counter -> value
 ``web:stats:{web:stats}:w:<id>`` HASH   one worker's totals and beat (machine,
                                         pid, pages/s...); expires when silent
@@ -116,12 +121,21 @@ class FrontierKeys:
         self.poison = tagged + "poison"
         self.recrawl = tagged + "recrawl"
         self.recrawl_data = tagged + "recrawl:data"
+        self.refill = tagged + "refill"
 
     def queue(self, host: str) -> str:
         return self.queue_prefix + host
 
     def host(self, host: str) -> str:
         return self.host_prefix + host
+
+    def spill_lock(self, host: str) -> str:
+        """The refill lock of one host (:mod:`extensions.spill`).
+
+        >>> FrontierKeys("web").spill_lock("http://a.test:80")
+        'web:{web}:spill:lock:http://a.test:80'
+        """
+        return self.tagged + "spill:lock:" + host
 
     def wal(self, worker: str) -> str:
         """A worker's write-ahead batches (entry id -> JSON)."""

@@ -5,7 +5,9 @@ Settings read (defaults in :mod:`extensions.defaults`): ``FRONTIER_BATCH_SIZE``,
 ``FRONTIER_HEARTBEAT_INTERVAL``, ``FRONTIER_PRIORITY_FUNCTION``,
 ``SCHEDULER_PERSIST``, ``SCHEDULER_FLUSH_ON_START``, ``REDIS_RETRY_INITIAL``,
 ``REDIS_RETRY_MAX``, ``DOWNLOAD_DELAY``, ``BACKOFF_QUIET_PERIOD``,
-``CONCURRENT_REQUESTS``, ``DUPEFILTER_CLASS``, ``SCHEDULER_DEBUG``.
+``CONCURRENT_REQUESTS``, ``DUPEFILTER_CLASS``, ``SCHEDULER_DEBUG``; the
+frontier spill's (:mod:`extensions.spill`): ``FRONTIER_HOST_QUEUE_MAX``,
+``FRONTIER_MAX_MEMORY``, ``FRONTIER_SPILL_STORE``, ``FRONTIER_SPILL_BATCH``.
 
 How it keeps Scrapy's synchronous contract without blocking the reactor:
 ``enqueue_request`` puts the request in a local outbox and returns ``True``;
@@ -76,7 +78,7 @@ from extensions.connection import (
 )
 from extensions.dlq import DeadLetter, DeadLetters, dead_letter
 from extensions.failures import DELAY_META
-from extensions.frontier import Frontier, QueuedRequest, Worker
+from extensions.frontier import Frontier, QueuedRequest, Spilled, Worker
 from extensions.hosts import host_key
 from extensions.scoring import LocalHostCounts
 from extensions.scripts import server_now_ms
@@ -87,6 +89,7 @@ from extensions.serialization import (
     request_to_bytes,
 )
 from extensions.signals import items_stored, request_dead
+from extensions.spill import FrontierSpill
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -129,6 +132,9 @@ class Stage(Enum):
     UNCERTAIN = "uncertain"
     #: Filtered by the dupefilter: ``queued`` holds what to commit.
     DEDUPED = "deduped"
+    #: Committed; ``refused`` holds what the cap refused, to write to the
+    #: spill store (kept in the write-ahead entry until then).
+    COMMITTED = "committed"
 
 
 @dataclass
@@ -140,6 +146,7 @@ class _Batch:
     entry: str
     stage: Stage = Stage.NEW
     queued: list[QueuedRequest] = field(default_factory=list)
+    refused: list[Spilled] = field(default_factory=list)
 
 
 def worker_id() -> str:
@@ -185,6 +192,7 @@ class RedisScheduler(BaseScheduler):
         path = s.get("FRONTIER_PRIORITY_FUNCTION")
         self.score: Callable[..., int] | None = load_object(path) if path else None
         self.host_counts = LocalHostCounts()
+        self.spill = FrontierSpill(crawler)
         self.dupefilter = build_from_crawler(
             load_object(s["DUPEFILTER_CLASS"]), crawler
         )
@@ -245,8 +253,10 @@ class RedisScheduler(BaseScheduler):
                 int(self.lease_timeout * 1000),
                 self.default_delay_ms,
                 self.backoff_quiet_ms,
+                self.spill.refill_below,
             ),
         )
+        self.spill.open(self.frontier)
         self.dlq = DeadLetters(self.client, spider.name)
         sig = self.crawler.signals
         sig.connect(self._on_request_dead, signal=request_dead)
@@ -296,6 +306,7 @@ class RedisScheduler(BaseScheduler):
                 "%s requests that cannot be stored in Redis are lost on close",
                 len(self._memory),
             )
+        await self.spill.close()
         await _maybe_await(self.dupefilter.close(reason))
         if not self.persist:
             await self._retrying(self._flush_keys, limit=5)
@@ -314,6 +325,7 @@ class RedisScheduler(BaseScheduler):
             or self._held
             or self._remote_ready
             or self._remote_leases
+            or self.spill.pending
         )
 
     def enqueue_request(self, request: Request) -> bool:
@@ -501,6 +513,8 @@ class RedisScheduler(BaseScheduler):
             await self._stage("push", self._sync_out)
         if len(self._buffer) <= self.buffer_size // 2 and now >= self._next_poll:
             await self._stage("lease", self._refill)
+        if self.spill.enabled:
+            await self._stage("spill", self.spill.step)
 
     async def _stage(self, name: str, func: Callable[[], Awaitable[None]]) -> bool:
         """Run one stage; True when it succeeded. Transient Redis errors
@@ -580,21 +594,35 @@ class RedisScheduler(BaseScheduler):
                 self.stats.inc_value("scheduler/dedup_uncertain", len(p.candidates))
                 p.queued = [q for _, q in p.candidates]
                 p.stage = Stage.DEDUPED
-            await self._flush_dead()
-            wal = (self.worker, p.entry) if p.candidates else None
-            added, acked = await self.frontier.commit(p.queued, p.acks, wal)
-            self._pending = None
-            if p.queued:
-                self.stats.inc_value("scheduler/enqueued/redis", len(p.queued))
-                self.stats.inc_value("scheduler/enqueued", len(p.queued))
-                # Work appeared: look for it now rather than at the next poll.
-                self._next_poll = 0.0
-            if p.acks:
-                self.stats.inc_value("scheduler/acked", acked)
-            if self.debug:
-                logger.debug(
-                    "Pushed %s (%s new), acked %s", len(p.queued), added, acked
+            if p.stage is not Stage.COMMITTED:
+                await self._flush_dead()
+                await self._commit(p)
+            if p.refused:
+                # Kept in the write-ahead entry until written: a failure
+                # here retries the write, never the commit.
+                await self.spill.write(
+                    p.refused, p.entry if p.candidates else "", self.worker
                 )
+            self._pending = None
+
+    async def _commit(self, p: _Batch) -> None:
+        """Commit a deduplicated batch; what the spill cap refused stays in
+        ``p.refused``."""
+        assert self.frontier is not None
+        wal = (self.worker, p.entry) if p.candidates else None
+        added, acked, p.refused = await self.frontier.commit_capped(
+            p.queued, p.acks, wal, self.spill.cap(), self.spill.refill_below
+        )
+        p.stage = Stage.COMMITTED
+        if p.queued:
+            self.stats.inc_value("scheduler/enqueued/redis", len(p.queued))
+            self.stats.inc_value("scheduler/enqueued", len(p.queued))
+            # Work appeared: look for it now rather than at the next poll.
+            self._next_poll = 0.0
+        if p.acks:
+            self.stats.inc_value("scheduler/acked", acked)
+        if self.debug:
+            logger.debug("Pushed %s (%s new), acked %s", len(p.queued), added, acked)
 
     async def _flush_dead(self) -> None:
         """Write the dead letters. Before the acknowledgements: a page's

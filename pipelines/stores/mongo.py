@@ -2,8 +2,10 @@
 
 Collections ``pages_metadata``, ``pages_content`` and ``pages_simhash``
 (``{_id: page id, simhash: hex, bands: [int]}``, see
-:mod:`pipelines.stores.base`); indexes created at open: ``url`` unique,
-``domain``, ``fetched_at``, ``content_hash``, and ``bands`` (multikey). A
+:mod:`pipelines.stores.base`), and ``spilled_requests`` (``{_id: "<host>
+<score>", host, score, member}``: the frontier spill); indexes created at
+open: ``url`` unique, ``domain``, ``fetched_at``, ``content_hash``, ``bands``
+(multikey) and ``(host, score)`` unique. A
 batch is three unordered bulk writes of ``ReplaceOne(upsert=True)`` by
 ``_id`` (metadata first, then the content and the band index of the metadata
 that was written), so a retried batch is harmless.
@@ -46,6 +48,7 @@ from pipelines.stores.base import (
     ITER_CHUNK,
     METADATA_INDEXES,
     NOT_MODIFIED,
+    SPILL,
     BatchResult,
     DocumentError,
     Original,
@@ -64,7 +67,7 @@ from pipelines.stores.base import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from scrapy.settings import BaseSettings
 
@@ -165,6 +168,9 @@ class MongoStore:
             )
             db["pages_versions"].create_index("url", name="url")
             db["pages_simhash"].create_index("bands", name="bands")
+            db[SPILL].create_index(
+                [("host", 1), ("score", 1)], unique=True, name="host_score"
+            )
         except ConnectionFailure as e:
             raise TransientStoreError(f"mongodb unreachable: {e}") from e
         except OperationFailure as e:
@@ -509,7 +515,88 @@ class MongoStore:
     def content_count(self) -> int:
         return int(self._database()["pages_content"].count_documents({}))
 
+    # -- the frontier spill (extensions.spill.SpillStore) ----------------------
+
+    def spill_append(self, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
+        spill_append(self._database(), host, entries)
+
+    def spill_take(self, host: str, n: int) -> list[tuple[int, bytes]]:
+        return spill_take(self._database(), host, n)
+
+    def spill_delete(self, host: str, scores: Sequence[int]) -> None:
+        spill_delete(self._database(), host, scores)
+
+    def spill_count(self, host: str | None = None) -> int:
+        return spill_count(self._database(), host)
+
 
 def _labels(error: PyMongoError) -> list[str]:
     labels = getattr(error, "_error_labels", None)
     return sorted(labels) if labels else []
+
+
+class _SpillErrors:
+    """Map a driver error of a spill call to a store error."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
+        if isinstance(error, ConnectionFailure):
+            raise TransientStoreError(f"mongodb {self.what}: {error}") from error
+        if isinstance(error, OperationFailure):
+            cls = (
+                TransientStoreError
+                if _is_transient(error.code, _labels(error))
+                else PermanentStoreError
+            )
+            raise cls(f"mongodb {self.what}: {error}") from error
+
+
+def _spill_id(host: str, score: int) -> str:
+    """>>> _spill_id("http://a.test:80", 12)
+    'http://a.test:80 12'
+    """
+    return f"{host} {score}"
+
+
+def spill_append(db: Any, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
+    """Upsert by ``_id`` (host and score): a batch written twice is kept once."""
+    if not entries:
+        return
+    ops = [
+        ReplaceOne(
+            {"_id": _spill_id(host, score)},
+            {"host": host, "score": int(score), "member": bytes(member)},
+            upsert=True,
+        )
+        for score, member in entries
+    ]
+    with _SpillErrors("spill append"):
+        db[SPILL].bulk_write(ops, ordered=False)
+
+
+def spill_take(db: Any, host: str, n: int) -> list[tuple[int, bytes]]:
+    with _SpillErrors("spill take"):
+        docs = list(
+            db[SPILL]
+            .find({"host": host}, {"score": 1, "member": 1})
+            .sort([("score", 1)])
+            .limit(int(n))
+        )
+    return [(int(d["score"]), bytes(d["member"])) for d in docs]
+
+
+def spill_delete(db: Any, host: str, scores: Sequence[int]) -> None:
+    if not scores:
+        return
+    with _SpillErrors("spill delete"):
+        db[SPILL].delete_many({"_id": {"$in": [_spill_id(host, s) for s in scores]}})
+
+
+def spill_count(db: Any, host: str | None = None) -> int:
+    with _SpillErrors("spill count"):
+        return int(db[SPILL].count_documents({} if host is None else {"host": host}))

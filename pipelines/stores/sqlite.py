@@ -5,7 +5,9 @@ Used when ``MONGO_URI`` is empty, at ``WEBCRAWL_HOME/pages.sqlite3``: tables
 ``content_hash``) and ``pages_content``, the columns of
 :data:`pipelines.stores.base.METADATA_FIELDS` and ``CONTENT_FIELDS`` (``_id``
 is the column ``id``), and ``pages_simhash`` (``band``, ``id``, ``simhash``:
-four rows per original page, primary key ``(band, id)``, indexed by ``id``).
+four rows per original page, primary key ``(band, id)``, indexed by ``id``),
+and ``spilled_requests`` (``host``, ``score``, ``member``: requests waiting
+outside Redis, see :class:`SpillStore`, primary key ``(host, score)``).
 WAL journaling lets ``python -m pipelines.read`` read while a crawl writes.
 
 Settings read (by :meth:`SQLiteStore.from_settings`): ``WEBCRAWL_HOME``,
@@ -19,7 +21,7 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from extensions.config import setting_or_env
 from extensions.embedded_redis import webcrawl_home
@@ -30,6 +32,7 @@ from pipelines.stores.base import (
     METADATA_FIELDS,
     METADATA_INDEXES,
     NOT_MODIFIED,
+    SPILL,
     VERSION_FIELDS,
     BatchResult,
     DocumentError,
@@ -50,7 +53,7 @@ from pipelines.stores.base import (
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from scrapy.settings import BaseSettings
 
@@ -90,6 +93,14 @@ HISTORY_COLUMNS = ("checked_at", "history")
 SIMHASH_TABLE = (
     "CREATE TABLE IF NOT EXISTS pages_simhash (band INTEGER NOT NULL, "
     "id TEXT NOT NULL, simhash TEXT NOT NULL, PRIMARY KEY (band, id)) WITHOUT ROWID"
+)
+
+
+# Requests waiting outside Redis (pipelines.stores.base.SPILL): read by host
+# in score order, so the primary key is the index.
+SPILL_TABLE = (
+    f"CREATE TABLE IF NOT EXISTS {SPILL} (host TEXT NOT NULL, score INTEGER NOT "
+    "NULL, member BLOB NOT NULL, PRIMARY KEY (host, score)) WITHOUT ROWID"
 )
 
 
@@ -190,6 +201,7 @@ class SQLiteStore:
                         f"ON pages_metadata ({name})"
                     )
                 conn.execute(SIMHASH_TABLE)
+                conn.execute(SPILL_TABLE)
                 conn.execute(
                     "CREATE INDEX IF NOT EXISTS pages_simhash_id ON pages_simhash (id)"
                 )
@@ -457,3 +469,52 @@ class SQLiteStore:
                 .fetchone()
             )
             return int(row[0])
+
+    # -- the frontier spill (extensions.spill.SpillStore) ----------------------
+
+    def _spill(self, what: str, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        with self._lock:
+            conn = self._connection()
+            try:
+                with conn:
+                    conn.executemany(sql, rows)
+            except sqlite3.Error as e:
+                raise _store_error(e, what) from e
+
+    def spill_append(self, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
+        self._spill(
+            "spill append",
+            f"INSERT OR IGNORE INTO {SPILL} (host, score, member) VALUES (?, ?, ?)",
+            [(host, int(score), bytes(member)) for score, member in entries],
+        )
+
+    def spill_take(self, host: str, n: int) -> list[tuple[int, bytes]]:
+        with self._lock:
+            try:
+                rows = (
+                    self._connection()
+                    .execute(
+                        f"SELECT score, member FROM {SPILL} WHERE host = ? "
+                        "ORDER BY score LIMIT ?",
+                        (host, int(n)),
+                    )
+                    .fetchall()
+                )
+            except sqlite3.Error as e:
+                raise _store_error(e, "spill take") from e
+        return [(int(score), bytes(member)) for score, member in rows]
+
+    def spill_delete(self, host: str, scores: Sequence[int]) -> None:
+        self._spill(
+            "spill delete",
+            f"DELETE FROM {SPILL} WHERE host = ? AND score = ?",
+            [(host, int(score)) for score in scores],
+        )
+
+    def spill_count(self, host: str | None = None) -> int:
+        sql, args = f"SELECT COUNT(*) FROM {SPILL}", cast("tuple[str, ...]", ())
+        if host is not None:
+            sql, args = sql + " WHERE host = ?", (host,)
+        with self._lock:
+            row = self._connection().execute(sql, args).fetchone()
+        return int(row[0])

@@ -1,0 +1,323 @@
+"""The frontier spill: queues past a cap wait in the page store, not in Redis.
+
+A host may queue at most ``FRONTIER_HOST_QUEUE_MAX`` requests in Redis; while
+the crawl's Redis ``used_memory`` is over ``FRONTIER_MAX_MEMORY`` (sampled
+with ``INFO memory`` every :data:`MEMORY_SAMPLE_S` seconds, not per request)
+the cap is ``FRONTIER_SPILL_BATCH``. The frontier's commit script refuses a
+request of a host over its cap, or of a host that already has requests
+spilled, and returns it with the score it would have queued with (priority,
+then arrival); the worker appends it to the spill store
+(``FRONTIER_SPILL_STORE``, a class path built with ``build_from_crawler``,
+satisfying :class:`SpillStore`; the webcrawl add-on names the page store's,
+:class:`pipelines.stores.spill.PageStoreSpill`). As the host's queue drains
+below ``FRONTIER_SPILL_BATCH``, one worker at a time (a token lock per host,
+:mod:`extensions.locks`) takes the next ``FRONTIER_SPILL_BATCH`` entries in
+score order from the store, puts them back in Redis with their original
+scores (:data:`REFILL_LUA`) and deletes them from the store.
+
+Order: every request queued in Redis for a host scores below every one
+spilled (the commit script spills the queue's last in place of a new request
+that scores below it), and a refill moves the lowest-scored spilled requests
+back, so a host's requests are leased in the order Redis alone would lease
+them. A refill waits while any spilled request is still on its way to the
+store (the host record's ``spilling``, see :mod:`extensions.hosts`), and is
+refused when requests were spilled between its read of the store and its
+script (``spilled`` changed), so it never moves a later request ahead of an
+earlier one.
+
+Nothing lost: a request refused by the cap stays in the worker's write-ahead
+entry (:meth:`extensions.frontier.Frontier.log_ahead`) until the worker has
+written it to the store and confirmed it (:data:`SPILLED_LUA`); a worker that
+dies in between has it queued again in Redis, with its score, by recovery.
+A worker that dies after a refill script but before deleting the moved
+entries from the store leaves them in both: they are queued again by a later
+refill (a no-op while still queued, a re-fetch if already fetched): a
+re-fetch beats a lost URL.
+
+Without a spill store (``FRONTIER_SPILL_STORE`` empty) there is no cap:
+queues grow in Redis, and a cap set above its default is reported once at
+open (a component wired by hand keeps working; the add-on always names the
+page store's spill).
+
+Retries (``delayed``) and recovered write-ahead batches bypass the cap: they
+are few, and they must not wait behind a store round trip.
+
+Settings read: ``FRONTIER_HOST_QUEUE_MAX``, ``FRONTIER_MAX_MEMORY``,
+``FRONTIER_SPILL_STORE``, ``FRONTIER_SPILL_BATCH``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
+
+from scrapy.utils.misc import build_from_crawler, load_object
+
+from extensions.frontier import _LUA_SCHEDULE_HOST
+from extensions.hosts import SPILLED
+from extensions.locks import TokenLock, new_token
+from extensions.scripts import script
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from scrapy.crawler import Crawler
+
+    from extensions.frontier import Frontier, Spilled
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Seconds between samples of Redis used_memory (FRONTIER_MAX_MEMORY).
+MEMORY_SAMPLE_S = 5.0
+# Seconds between looks at the refill SET when nothing else woke the worker.
+REFILL_POLL_S = 0.5
+# Hosts refilled per look: a bounded round, the other workers take the rest.
+REFILL_HOSTS = 8
+# The refill lock's TTL: a store round trip or two, with room.
+REFILL_LOCK_MS = 30_000
+
+
+@runtime_checkable
+class SpillStore(Protocol):
+    """Where requests past the cap wait: per host, entries (score, request)
+    kept in score order. Called from one worker thread (never the reactor).
+    ``spill_append`` is idempotent (an entry written twice is kept once:
+    scores are unique per host)."""
+
+    def spill_append(self, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
+        """Keep ``entries`` (score, serialized request) of ``host``."""
+        ...
+
+    def spill_take(self, host: str, n: int) -> list[tuple[int, bytes]]:
+        """The first ``n`` entries of ``host`` by score (not removed)."""
+        ...
+
+    def spill_delete(self, host: str, scores: Sequence[int]) -> None:
+        """Remove the entries of ``host`` with these scores."""
+        ...
+
+    def spill_count(self, host: str | None = None) -> int:
+        """Entries kept, of ``host`` or of every host."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# refill: put the next spilled requests of one host back in its queue, with
+# their original scores, unless more were spilled since the worker read the
+# store, or some are still on their way there.
+# KEYS[1] ready ZSET, KEYS[2] refill SET, KEYS[3] poison LIST
+# ARGV[1] queue key prefix, ARGV[2] host record key prefix, ARGV[3] host,
+# ARGV[4] the host's `spilled` as read before the store was, ARGV[5] 1 if
+# the store holds more of the host than these, ARGV[6] the refill threshold,
+# then (score, member) pairs in score order.
+# Returns the entries queued back, or -1: refused, try again later.
+REFILL_LUA = (
+    _LUA_SCHEDULE_HOST
+    + """
+local ready, refill = KEYS[1], KEYS[2]
+pkey = KEYS[3]
+local qprefix, hprefix, host = ARGV[1], ARGV[2], ARGV[3]
+local hkey, q = hprefix .. host, qprefix .. host
+local spilled = tonumber(redis.call('HGET', hkey, 'spilled')) or 0
+local spilling = tonumber(redis.call('HGET', hkey, 'spilling')) or 0
+if spilling > 0 or spilled ~= tonumber(ARGV[4]) then return -1 end
+local n = 0
+for i = 7, #ARGV, 2 do
+  on_key('ZADD', q, 'NX', ARGV[i], ARGV[i + 1])
+  n = n + 1
+end
+local left = 0
+if ARGV[5] == '1' then left = math.max(spilled - n, 1) end
+redis.call('HSET', hkey, 'spilled', left)
+if n > 0 then schedule_host(ready, hkey, host, now_ms()) end
+if left == 0 or redis.call('ZCARD', q) >= tonumber(ARGV[6]) then
+  redis.call('SREM', refill, host)
+end
+return n
+"""
+)
+
+# spilled: the worker wrote refused requests to the spill store: they are no
+# longer on their way, and its write-ahead entry holding them goes.
+# KEYS[1] the worker's write-ahead HASH
+# ARGV[1] host record key prefix, ARGV[2] write-ahead entry id ('' for none),
+# then (host, count) pairs. Returns the number of hosts.
+SPILLED_LUA = """
+for i = 3, #ARGV, 2 do
+  local hkey = ARGV[1] .. ARGV[i]
+  if redis.call('HINCRBY', hkey, 'spilling', -tonumber(ARGV[i + 1])) < 0 then
+    redis.call('HSET', hkey, 'spilling', 0)
+  end
+end
+if ARGV[2] ~= '' then redis.call('HDEL', KEYS[1], ARGV[2]) end
+return (#ARGV - 2) / 2
+"""
+
+
+class FrontierSpill:
+    """One worker's side of the spill: the cap it commits with, the memory
+    sample, writing refused requests and refilling hosts.
+
+    Store calls run in one thread of their own (a store's connection may be
+    bound to a thread; the reactor never waits on the store)."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        s = crawler.settings
+        self.host_max = s.getint("FRONTIER_HOST_QUEUE_MAX")
+        self.max_memory = s.getint("FRONTIER_MAX_MEMORY")
+        self.batch = s.getint("FRONTIER_SPILL_BATCH")
+        self.stats = crawler.stats
+        path = s.get("FRONTIER_SPILL_STORE") or ""
+        self.store: SpillStore | None = None
+        if path:
+            self.store = build_from_crawler(load_object(path), crawler)
+        elif self.max_memory or (s.getpriority("FRONTIER_HOST_QUEUE_MAX") or 0) > 0:
+            # Set above the "default" priority: a user asked for a cap.
+            logger.warning(
+                "FRONTIER_HOST_QUEUE_MAX/FRONTIER_MAX_MEMORY are set but "
+                "FRONTIER_SPILL_STORE is empty: nothing spills, queues grow in Redis"
+            )
+        self.over_memory = False
+        self.pending = False  # the refill SET had hosts at the last look
+        self._next_sample = 0.0
+        self._next_refill = 0.0
+        self._executor: ThreadPoolExecutor | None = None
+        self.frontier: Frontier | None = None
+        self._locks: TokenLock | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.store is not None and bool(self.host_max or self.max_memory)
+
+    @property
+    def refill_below(self) -> int:
+        """The queue length under which a host with spilled requests is
+        refilled (0: no spill)."""
+        return self.batch if self.enabled else 0
+
+    def cap(self) -> int:
+        """The most requests a host may queue in Redis now (0: no cap)."""
+        if not self.enabled:
+            return 0
+        if self.over_memory:
+            return min(self.host_max, self.batch) if self.host_max else self.batch
+        return self.host_max
+
+    def open(self, frontier: Frontier) -> None:
+        self.frontier = frontier
+        self._locks = TokenLock(frontier.client)
+        if self.enabled:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="spill")
+
+    async def close(self) -> None:
+        if self._executor is not None:
+            if self.store is not None:
+                await self._call(self.store.close)
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    async def _call(self, func: Callable[..., T], *args: Any) -> T:
+        assert self._executor is not None
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, func, *args)
+
+    async def write(self, refused: Sequence[Spilled], entry: str, worker: str) -> None:
+        """Write refused requests to the store, then confirm them (the
+        write-ahead entry ``entry`` of ``worker`` holding them goes)."""
+        assert self.store is not None and self.frontier is not None
+        by_host: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
+        for r in refused:
+            by_host[r.host].append((r.score, r.member))
+        for host, entries in by_host.items():
+            await self._call(self.store.spill_append, host, entries)
+        k = self.frontier.keys
+        args: list[Any] = [k.host_prefix, entry]
+        for host, entries in by_host.items():
+            args += [host, len(entries)]
+        await script(self.frontier.client, SPILLED_LUA)(keys=[k.wal(worker)], args=args)
+        self.stats.inc_value("frontier/spilled", len(refused))
+
+    async def step(self) -> None:
+        """Sample Redis memory (every :data:`MEMORY_SAMPLE_S`) and refill
+        the hosts waiting for it (every :data:`REFILL_POLL_S`)."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if self.max_memory and now >= self._next_sample:
+            self._next_sample = now + MEMORY_SAMPLE_S
+            await self.sample()
+        if now >= self._next_refill:
+            self._next_refill = now + REFILL_POLL_S
+            await self.refill()
+
+    async def sample(self) -> None:
+        assert self.frontier is not None
+        info = await self.frontier.client.info("memory")
+        over = int(info["used_memory"]) > self.max_memory
+        if over != self.over_memory:
+            logger.info(
+                "Redis used_memory %s B is %s FRONTIER_MAX_MEMORY (%s B): "
+                "hosts queue at most %s requests in Redis",
+                info["used_memory"],
+                "over" if over else "back under",
+                self.max_memory,
+                self.batch if over else (self.host_max or "any number of"),
+            )
+        self.over_memory = over
+
+    async def refill(self) -> int:
+        """Refill up to :data:`REFILL_HOSTS` hosts of the refill SET, each
+        under its lock; returns the requests queued back."""
+        assert self.frontier is not None and self._locks is not None
+        k, client = self.frontier.keys, self.frontier.client
+        hosts = cast(
+            "list[bytes]", await client.srandmember(k.refill, REFILL_HOSTS) or []
+        )
+        self.pending = bool(hosts)
+        moved = 0
+        for raw in hosts:
+            host = raw.decode()
+            token = new_token()
+            lock = k.spill_lock(host)
+            if not await self._locks.acquire(lock, token, REFILL_LOCK_MS):
+                continue
+            try:
+                moved += max(0, await self._refill_host(host))
+            finally:
+                await self._locks.release(lock, token)
+        if moved:
+            self.stats.inc_value("frontier/refilled", moved)
+        return moved
+
+    async def _refill_host(self, host: str) -> int:
+        assert self.store is not None and self.frontier is not None
+        k, client = self.frontier.keys, self.frontier.client
+        expected = int(await client.hget(k.host(host), SPILLED) or 0)
+        entries = await self._call(self.store.spill_take, host, self.batch + 1)
+        more = len(entries) > self.batch
+        entries = entries[: self.batch]
+        args: list[Any] = [
+            k.queue_prefix,
+            k.host_prefix,
+            host,
+            expected,
+            int(more),
+            self.batch,
+        ]
+        for score, member in entries:
+            args += [score, member]
+        n = int(
+            await script(client, REFILL_LUA)(
+                keys=[k.ready, k.refill, k.poison], args=args
+            )
+        )
+        if n > 0:
+            await self._call(self.store.spill_delete, host, [s for s, _ in entries])
+        return n

@@ -1,0 +1,254 @@
+"""The frontier spill (extensions.spill) against a real redis-server and the
+SQLite page store: in order, exactly once, nothing lost when a worker dies."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis.asyncio as aredis
+from scrapy import Request, Spider
+from scrapy.utils.test import get_crawler
+
+from extensions.frontier import Frontier, QueuedRequest, Worker
+from extensions.serialization import request_from_bytes, request_to_bytes
+from extensions.spill import FrontierSpill, SpillStore
+from pipelines.stores.spill import PageStoreSpill
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from pathlib import Path
+
+HOST = "http://a.test:80"
+# Priorities of the requests, in arrival order: boosts and demotions mixed
+# in, so spilled requests must come back ahead of some queued ones' arrival.
+PRIORITIES = [0, 0, 5, 0, -3, 5, 0, 1, 0, 0, 7, -3, 0, 0, 5, 0, 1, 1, 0, 9] * 3
+
+
+def spill_for(tmp_path: Path, **settings: Any) -> FrontierSpill:
+    crawler = get_crawler(
+        Spider,
+        {
+            "FRONTIER_HOST_QUEUE_MAX": 4,
+            "FRONTIER_MAX_MEMORY": 0,
+            "FRONTIER_SPILL_BATCH": 3,
+            "FRONTIER_SPILL_STORE": "pipelines.stores.spill.PageStoreSpill",
+            "SQLITE_PATH": str(tmp_path / "pages.sqlite3"),
+            **settings,
+        },
+    )
+    return FrontierSpill(crawler)
+
+
+def run(
+    redis_url: str,
+    tmp_path: Path,
+    body: Callable[[Frontier, Frontier, FrontierSpill], Awaitable[None]],
+    **settings: Any,
+) -> None:
+    """``body(capped frontier, reference frontier without a cap, spill)``."""
+
+    async def main() -> None:
+        client = aredis.Redis.from_url(redis_url)
+        spill = spill_for(tmp_path, **settings)
+        worker = Worker("w1", 60_000, 0, 1_800_000, spill.refill_below)
+        capped = Frontier(client, "web", worker)
+        reference = Frontier(client, "ref", Worker("w1", 60_000, 0, 1_800_000))
+        spill.open(capped)
+        try:
+            await body(capped, reference, spill)
+        finally:
+            await spill.close()
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def requests(start: int, priorities: list[int]) -> list[QueuedRequest]:
+    return [
+        QueuedRequest(HOST, p, request_to_bytes(Request(f"http://a.test/{start + i}")))
+        for i, p in enumerate(priorities)
+    ]
+
+
+async def commit(
+    f: Frontier, spill: FrontierSpill | None, batch: list[QueuedRequest], entry: str
+) -> int:
+    """Commit as the scheduler does: written ahead, committed under the cap,
+    refused requests written to the store. Returns how many were refused."""
+    await f.log_ahead("w1", entry, batch)
+    if spill is None:
+        await f.commit(batch, wal=("w1", entry))
+        return 0
+    _, _, refused = await f.commit_capped(
+        batch, (), ("w1", entry), spill.cap(), spill.refill_below
+    )
+    if refused:
+        await spill.write(refused, entry, "w1")
+    return len(refused)
+
+
+async def take(f: Frontier, spill: FrontierSpill | None, n: int) -> list[str]:
+    """Lease ``n`` (refilling first, as a worker's round does) and ack them."""
+    if spill is not None:
+        await spill.refill()
+    batch = await f.lease(n)
+    await f.commit(acks=[lease for lease, _ in batch.leases])
+    return [request_from_bytes(m).url for _, m in batch.leases]
+
+
+async def drain(f: Frontier, spill: FrontierSpill | None) -> list[str]:
+    out: list[str] = []
+    while got := await take(f, spill, 2):
+        out += got
+    return out
+
+
+async def spill_state(f: Frontier) -> tuple[int, int, int]:
+    """(queued in Redis, `spilled`, `spilling`) of HOST."""
+    spilled, spilling = await f.client.hmget(f.keys.host(HOST), "spilled", "spilling")
+    return (
+        int(await f.client.zcard(f.keys.queue(HOST))),
+        int(spilled or 0),
+        int(spilling or 0),
+    )
+
+
+def test_the_page_store_spill_is_a_spill_store(tmp_path: Path) -> None:
+    assert isinstance(spill_for(tmp_path).store, PageStoreSpill)
+    assert isinstance(spill_for(tmp_path).store, SpillStore)
+
+
+def test_spilled_requests_come_back_in_order_exactly_once(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async def body(f: Frontier, ref: Frontier, spill: FrontierSpill) -> None:
+        first, second = requests(0, PRIORITIES[:35]), requests(35, PRIORITIES[35:])
+        got, want = [], []
+        refused = 0
+        for i in range(0, len(first), 7):
+            refused += await commit(f, spill, first[i : i + 7], f"a{i}")
+            await commit(ref, None, first[i : i + 7], f"a{i}")
+        assert refused == len(first) - 4
+        queued, spilled, spilling = await spill_state(f)
+        assert (queued, spilled, spilling) == (4, len(first) - 4, 0)
+        assert spill.store is not None
+        assert spill.store.spill_count(HOST) == spilled
+        # Drain a little, then more requests arrive while some are spilled.
+        for _ in range(4):
+            got += await take(f, spill, 3)
+            want += await take(ref, None, 3)
+        for i in range(0, len(second), 5):
+            await commit(f, spill, second[i : i + 5], f"b{i}")
+            await commit(ref, None, second[i : i + 5], f"b{i}")
+        got += await drain(f, spill)
+        want += await drain(ref, None)
+        assert got == want  # the order Redis alone gives: priority, then arrival
+        assert len(got) == len(set(got)) == len(PRIORITIES)  # each exactly once
+        assert await spill_state(f) == (0, 0, 0)
+        assert spill.store.spill_count() == 0
+        assert not await f.client.smembers(f.keys.refill)
+
+    run(redis_url, tmp_path, body)
+
+
+def test_a_request_ahead_of_the_queue_takes_the_last_ones_place(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async def body(f: Frontier, _ref: Frontier, spill: FrontierSpill) -> None:
+        await commit(f, spill, requests(0, [0, 0, 0, 0]), "a")
+        _, _, refused = await f.commit_capped(
+            requests(4, [10]), cap=spill.cap(), refill_below=spill.refill_below
+        )
+        # The boosted request is queued; the queue's last (/3) is spilled.
+        assert [request_from_bytes(r.member).url for r in refused] == [
+            "http://a.test/3"
+        ]
+        assert refused[0].priority == 0
+        members = await f.client.zrange(f.keys.queue(HOST), 0, -1)
+        assert [request_from_bytes(m).url for m in members] == [
+            "http://a.test/4",
+            "http://a.test/0",
+            "http://a.test/1",
+            "http://a.test/2",
+        ]
+
+    run(redis_url, tmp_path, body)
+
+
+def test_a_worker_that_dies_before_writing_loses_nothing(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async def body(f: Frontier, ref: Frontier, spill: FrontierSpill) -> None:
+        batch = requests(0, PRIORITIES[:12])
+        await f.log_ahead("w1", "e1", batch)
+        _, _, refused = await f.commit_capped(
+            batch, (), ("w1", "e1"), spill.cap(), spill.refill_below
+        )
+        assert len(refused) == 8
+        # Killed here: refused, never written to the store. The write-ahead
+        # entry still holds them.
+        assert await f.client.hexists(f.keys.wal("w1"), "e1")
+        assert await spill_state(f) == (4, 8, 8)
+        # A refill must not move anything while requests are on their way.
+        assert await spill.refill() == 0
+        await f.client.zadd(f.keys.workers, {"w1": 0})
+        queued, _, _ = await f.recover(dead_after_ms=1)
+        assert queued == 8
+        assert await spill_state(f) == (12, 0, 0)
+        await commit(ref, None, batch, "e1")
+        assert await drain(f, spill) == await drain(ref, None)
+
+    run(redis_url, tmp_path, body)
+
+
+def test_refill_waits_for_requests_on_their_way(redis_url: str, tmp_path: Path) -> None:
+    async def body(f: Frontier, _ref: Frontier, spill: FrontierSpill) -> None:
+        await commit(f, spill, requests(0, [0] * 8), "a")  # 4 queued, 4 spilled
+        _, _, late = await f.commit_capped(
+            requests(8, [0]), (), ("w1", "b"), spill.cap(), spill.refill_below
+        )
+        await take(f, spill, 4)  # the queue drains: the host wants a refill
+        assert await f.client.sismember(f.keys.refill, HOST)
+        assert await spill.refill() == 0  # /8 is not in the store yet
+        await spill.write(late, "b", "w1")
+        assert await spill.refill() == 3
+        assert await drain(f, spill) == [f"http://a.test/{i}" for i in range(4, 9)]
+
+    run(redis_url, tmp_path, body)
+
+
+def test_over_memory_caps_every_host_at_the_batch(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async def body(f: Frontier, _ref: Frontier, spill: FrontierSpill) -> None:
+        assert spill.cap() == 0
+        await spill.sample()
+        assert spill.over_memory
+        assert spill.cap() == 3
+        assert await commit(f, spill, requests(0, [0] * 5), "a") == 2
+
+    run(
+        redis_url,
+        tmp_path,
+        body,
+        FRONTIER_HOST_QUEUE_MAX=0,
+        FRONTIER_MAX_MEMORY=1,
+    )
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"FRONTIER_SPILL_STORE": ""},
+        {"FRONTIER_HOST_QUEUE_MAX": 0},
+    ],
+)
+def test_without_a_store_or_a_cap_nothing_spills(
+    tmp_path: Path, settings: dict[str, Any]
+) -> None:
+    spill = spill_for(tmp_path, **settings)
+    assert not spill.enabled
+    assert spill.cap() == 0
+    assert spill.refill_below == 0
