@@ -135,6 +135,10 @@ local function spill_request(qprefix, hprefix, host, prio, member, seq)
   out[#out + 1] = prio
   redis.call('HINCRBY', hkey, 'spilled', 1)
   redis.call('HINCRBY', hkey, 'spilling', 1)
+  local low = tonumber(redis.call('HGET', hkey, 'spill_low'))
+  if not low or score < low then
+    redis.call('HSET', hkey, 'spill_low', string.format('%.0f', score))
+  end
   if len < spill.low then redis.call('SADD', spill.refill, host) end
   return 1
 end

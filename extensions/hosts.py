@@ -33,8 +33,12 @@ ms of the Redis clock, durations ms):
     :mod:`extensions.spill` as it moves them back (and by recovery).
 ``spilling``
     Of those, the ones a worker has not yet confirmed written to the spill
-    store: a refill waits until it is 0, so it never moves a later request
-    back ahead of an earlier one still on its way.
+    store: a refill starts only when it is 0 (all spilled so far are in the
+    store it reads).
+``spill_low``
+    The lowest score spilled since a refill started (cleared when one
+    starts): that refill moves back only requests scored below it, so it
+    never moves a later request ahead of an earlier one still on its way.
 
 The effective spacing of a host is max(``delay`` or the default, ``backoff``
 unless forgiven): the ``spacing`` helper of :data:`LUA_RECORD`, used by the
@@ -172,6 +176,7 @@ FIELDS = (NEXT, DELAY, BACKOFF, BACKOFF_AT, PARK, FAILS, BREAKER)
 # The spill counters (extensions.spill): not read by host_record.
 SPILLED = "spilled"
 SPILLING = "spilling"
+SPILL_LOW = "spill_low"
 
 # The Lua helpers of every script that reads or writes the host record: the
 # Redis clock, the record as numbers, the spacing rule and the park rule.

@@ -19,11 +19,11 @@ Order: every request queued in Redis for a host scores below every one
 spilled (the commit script spills the queue's last in place of a new request
 that scores below it), and a refill moves the lowest-scored spilled requests
 back, so a host's requests are leased in the order Redis alone would lease
-them. A refill waits while any spilled request is still on its way to the
-store (the host record's ``spilling``, see :mod:`extensions.hosts`), and is
-refused when requests were spilled between its read of the store and its
-script (``spilled`` changed), so it never moves a later request ahead of an
-earlier one.
+them. A refill starts only when no spilled request is on its way to the
+store (the host record's ``spilling``, see :mod:`extensions.hosts`), and
+moves back only the requests it read that score below every request spilled
+since it started (``spill_low``), so it never moves a later request ahead of
+an earlier one, and commits spilling meanwhile never starve it.
 
 Nothing lost: a request refused by the cap stays in the worker's write-ahead
 entry (:meth:`extensions.frontier.Frontier.log_ahead`) until the worker has
@@ -58,7 +58,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkabl
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from extensions.frontier import _LUA_SCHEDULE_HOST
-from extensions.hosts import SPILLED
 from extensions.locks import TokenLock, new_token
 from extensions.scripts import script
 
@@ -109,15 +108,25 @@ class SpillStore(Protocol):
     def close(self) -> None: ...
 
 
+# refill start: a refill of one host may read the store only when every
+# request spilled so far is written there; it clears `spill_low`, so the
+# commit script records the lowest score spilled from now on.
+# KEYS[1] the host record. Returns 1 to go on, 0 (requests on their way).
+REFILL_START_LUA = """
+if (tonumber(redis.call('HGET', KEYS[1], 'spilling')) or 0) > 0 then return 0 end
+redis.call('HDEL', KEYS[1], 'spill_low')
+return 1
+"""
+
 # refill: put the next spilled requests of one host back in its queue, with
-# their original scores, unless more were spilled since the worker read the
-# store, or some are still on their way there.
+# their original scores: those the worker read from the store (after
+# REFILL_START_LUA) that score below every request spilled since.
 # KEYS[1] ready ZSET, KEYS[2] refill SET, KEYS[3] poison LIST
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix, ARGV[3] host,
-# ARGV[4] the host's `spilled` as read before the store was, ARGV[5] 1 if
-# the store holds more of the host than these, ARGV[6] the refill threshold,
-# then (score, member) pairs in score order.
-# Returns the entries queued back, or -1: refused, try again later.
+# ARGV[4] 1 if the store holds more of the host than these,
+# ARGV[5] the refill threshold, then (score, member) pairs in score order.
+# Returns the number n of pairs queued back: the first n (the worker deletes
+# them from the store).
 REFILL_LUA = (
     _LUA_SCHEDULE_HOST
     + """
@@ -125,19 +134,24 @@ local ready, refill = KEYS[1], KEYS[2]
 pkey = KEYS[3]
 local qprefix, hprefix, host = ARGV[1], ARGV[2], ARGV[3]
 local hkey, q = hprefix .. host, qprefix .. host
-local spilled = tonumber(redis.call('HGET', hkey, 'spilled')) or 0
-local spilling = tonumber(redis.call('HGET', hkey, 'spilling')) or 0
-if spilling > 0 or spilled ~= tonumber(ARGV[4]) then return -1 end
+local low = tonumber(redis.call('HGET', hkey, 'spill_low'))
 local n = 0
-for i = 7, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
+  if low and tonumber(ARGV[i]) >= low then break end
   on_key('ZADD', q, 'NX', ARGV[i], ARGV[i + 1])
   n = n + 1
 end
-local left = 0
-if ARGV[5] == '1' then left = math.max(spilled - n, 1) end
+local more = ARGV[4] == '1' or n < (#ARGV - 5) / 2
+local left
+if not more and not low then
+  left = 0  -- the store held these only, and nothing was spilled since
+else
+  left = math.max((tonumber(redis.call('HGET', hkey, 'spilled')) or 0) - n, 0)
+  if more then left = math.max(left, 1) end
+end
 redis.call('HSET', hkey, 'spilled', left)
 if n > 0 then schedule_host(ready, hkey, host, now_ms()) end
-if left == 0 or redis.call('ZCARD', q) >= tonumber(ARGV[6]) then
+if left == 0 or redis.call('ZCARD', q) >= tonumber(ARGV[5]) then
   redis.call('SREM', refill, host)
 end
 return n
@@ -299,18 +313,12 @@ class FrontierSpill:
     async def _refill_host(self, host: str) -> int:
         assert self.store is not None and self.frontier is not None
         k, client = self.frontier.keys, self.frontier.client
-        expected = int(await client.hget(k.host(host), SPILLED) or 0)
+        if not await script(client, REFILL_START_LUA)(keys=[k.host(host)], args=[]):
+            return 0  # some are on their way to the store: next round
         entries = await self._call(self.store.spill_take, host, self.batch + 1)
         more = len(entries) > self.batch
         entries = entries[: self.batch]
-        args: list[Any] = [
-            k.queue_prefix,
-            k.host_prefix,
-            host,
-            expected,
-            int(more),
-            self.batch,
-        ]
+        args: list[Any] = [k.queue_prefix, k.host_prefix, host, int(more), self.batch]
         for score, member in entries:
             args += [score, member]
         n = int(
@@ -319,5 +327,5 @@ class FrontierSpill:
             )
         )
         if n > 0:
-            await self._call(self.store.spill_delete, host, [s for s, _ in entries])
+            await self._call(self.store.spill_delete, host, [s for s, _ in entries[:n]])
         return n

@@ -252,3 +252,37 @@ def test_without_a_store_or_a_cap_nothing_spills(
     assert not spill.enabled
     assert spill.cap() == 0
     assert spill.refill_below == 0
+
+
+def test_a_refill_never_moves_requests_ahead_of_one_spilled_meanwhile(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A request of higher priority spilled while a refill reads the store
+    (between its start and its script) keeps its place: the refill moves
+    back only what scores below it."""
+
+    async def body(f: Frontier, ref: Frontier, spill: FrontierSpill) -> None:
+        first, boosted = requests(0, [0] * 10), requests(10, [5])
+        for target, cap in ((f, spill), (ref, None)):
+            await commit(target, cap, first, "a")
+            await take(target, cap, 4)
+        assert spill.store is not None
+        store_take = spill.store.spill_take
+        call = spill._call
+        interleaved: list[int] = []
+
+        async def racing_call(func: Any, *args: Any) -> Any:
+            result = await call(func, *args)
+            if func == store_take and not interleaved:
+                interleaved.append(await commit(f, spill, boosted, "late"))
+            return result
+
+        spill._call = racing_call  # type: ignore[method-assign]
+        assert await spill.refill() == 0  # all it read scores above /10
+        assert interleaved == [1]
+        await commit(ref, None, boosted, "late")
+        got = await drain(f, spill)
+        assert got == await drain(ref, None)
+        assert got[0] == "http://a.test/10"
+
+    run(redis_url, tmp_path, body)

@@ -1,0 +1,121 @@
+"""End to end: the frontier spill under a real crawl.
+
+Two real ``scrapy crawl web`` workers crawl a sandbox web of few, large
+hosts with a tiny ``FRONTIER_HOST_QUEUE_MAX``: the URLs a host has waiting
+grow far past the cap, but its queue in Redis never does (read in Redis:
+``ZCARD`` and ``MEMORY USAGE`` of the frontier keys); the rest wait in the
+SQLite page store. Every page is still fetched exactly once (the sandbox's
+own request record).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis
+
+from demo.localcrawl import crawl_sandbox
+from extensions.keys import FrontierKeys
+from sandbox.site import SiteSpec
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sandbox.process import SandboxProcess
+
+pytestmark = pytest.mark.slow
+
+CAP = 10
+BATCH = 5
+
+
+def spilled_by_host(home: Path) -> dict[str, int]:
+    """Requests waiting in the SQLite store, per host (read-only)."""
+    path = home / "pages.sqlite3"
+    if not path.exists():
+        return {}
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    try:
+        rows = conn.execute(
+            "SELECT host, COUNT(*) FROM spilled_requests GROUP BY host"
+        ).fetchall()
+    except sqlite3.OperationalError:  # not created yet, or busy: next sample
+        return {}
+    finally:
+        conn.close()
+    return {host: int(n) for host, n in rows}
+
+
+def frontier_bytes(client: redis.Redis) -> int:
+    """``MEMORY USAGE`` of every frontier key of the crawl, summed."""
+    return sum(
+        int(client.memory_usage(key, samples=0) or 0)
+        for key in client.scan_iter(match=FrontierKeys("web").pattern(), count=1000)
+    )
+
+
+def test_queues_grow_ten_times_past_the_cap_while_redis_stays_flat(
+    redis_url: str, tmp_path: Path
+) -> None:
+    spec = SiteSpec(seed=11, hosts=2, pages_per_host=250)
+    client = redis.Redis.from_url(redis_url)
+    keys = FrontierKeys("web")
+    samples: list[dict[str, Any]] = []
+
+    def sample(procs: list[Any], _web: SandboxProcess) -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            hosts = [h.decode() for h in client.zrange(keys.ready, 0, -1)]
+            hosts += [h.decode() for h in client.smembers(keys.refill)]
+            queued = {h: int(client.zcard(keys.queue(h))) for h in set(hosts)}
+            spilled = spilled_by_host(tmp_path)
+            samples.append(
+                {
+                    "queued": queued,
+                    "spilled": spilled,
+                    "waiting": {
+                        h: queued.get(h, 0) + spilled.get(h, 0)
+                        for h in set(queued) | set(spilled)
+                    },
+                    "bytes": frontier_bytes(client),
+                }
+            )
+            time.sleep(0.2)
+
+    try:
+        report = crawl_sandbox(
+            spec,
+            redis_url,
+            tmp_path,
+            workers=2,
+            settings={
+                "DOWNLOAD_DELAY": 0.02,
+                "FRONTIER_HOST_QUEUE_MAX": CAP,
+                "FRONTIER_SPILL_BATCH": BATCH,
+            },
+            timeout=240,
+            during=sample,
+        )
+    finally:
+        client.close()
+    assert report.exit_codes == [0, 0]
+    # Exactly once: every reachable page fetched, none twice.
+    expected = spec.reachable_urls(report.port)
+    counts = report.fetch_counts()
+    assert not expected - set(counts), sorted(expected - set(counts))[:5]
+    assert {u: n for u, n in counts.items() if n > 1} == {}
+    # The waiting URLs of a host grew 10x past the cap ...
+    most = max(max(s["waiting"].values(), default=0) for s in samples)
+    assert most >= 10 * CAP, most
+    # ... while no queue in Redis ever held more than the cap ...
+    assert max(max(s["queued"].values(), default=0) for s in samples) <= CAP
+    # ... and the frontier keys' memory stayed flat: at the largest backlog
+    # no more than at the first sample where a host was at its cap.
+    at_cap = next(s for s in samples if max(s["queued"].values(), default=0) >= CAP)
+    at_most = next(s for s in samples if max(s["waiting"].values(), default=0) == most)
+    assert at_most["bytes"] <= 1.5 * at_cap["bytes"] + 20_000, (at_cap, at_most)
+    # Nothing left behind in the store.
+    assert spilled_by_host(tmp_path) == {}
