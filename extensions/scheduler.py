@@ -489,7 +489,7 @@ class RedisScheduler(BaseScheduler):
                 # Not in a tight loop: the push failed, or waits for a beat.
                 await self._sleep(self.retry_initial)
             return
-        deadline = self._next_heartbeat
+        deadline = min(self._next_heartbeat, self.spill.next_step())
         if len(self._buffer) <= self.buffer_size // 2:
             deadline = min(deadline, self._next_poll)
         await self._sleep(max(0.0, deadline - time.monotonic()))

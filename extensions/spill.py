@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -270,6 +271,16 @@ class FrontierSpill:
         if now >= self._next_refill:
             self._next_refill = now + REFILL_POLL_S
             await self.refill()
+
+    def next_step(self) -> float:
+        """When (monotonic) :meth:`step` has work: the next refill while
+        hosts wait for one, the next memory sample; never when off."""
+        if not self.enabled:
+            return math.inf
+        due = self._next_refill if self.pending else math.inf
+        if self.max_memory:
+            due = min(due, self._next_sample)
+        return due
 
     async def sample(self) -> None:
         assert self.frontier is not None

@@ -286,3 +286,37 @@ def test_a_refill_never_moves_requests_ahead_of_one_spilled_meanwhile(
         assert got[0] == "http://a.test/10"
 
     run(redis_url, tmp_path, body)
+
+
+def test_the_scheduler_spills_and_refills_in_order(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Through Scrapy's scheduler contract: 30 requests of one host with a
+    cap of 4 come back each once, in priority then arrival order, and the
+    crawl is pending while any wait in the store."""
+    from tests.test_scheduler import drain as take_requests
+    from tests.test_scheduler import make_crawler, opened
+
+    async def body() -> None:
+        crawler = make_crawler(
+            redis_url,
+            FRONTIER_HOST_QUEUE_MAX=4,
+            FRONTIER_SPILL_BATCH=3,
+            FRONTIER_SPILL_STORE="pipelines.stores.spill.PageStoreSpill",
+            SQLITE_PATH=str(tmp_path / "pages.sqlite3"),
+            FRONTIER_BATCH_SIZE=2,
+            FRONTIER_BUFFER_SIZE=2,
+        )
+        s = await opened(crawler)
+        priorities = PRIORITIES[:30]
+        for i, prio in enumerate(priorities):
+            s.enqueue_request(Request(f"http://a.test/{i}", priority=prio))
+        got = await take_requests(s, 30, timeout=30)
+        want = sorted(range(30), key=lambda i: (-priorities[i], i))
+        assert [r.url for r in got] == [f"http://a.test/{i}" for i in want]
+        assert crawler.stats is not None
+        assert crawler.stats.get_value("frontier/spilled") > 0
+        assert crawler.stats.get_value("frontier/refilled") > 0
+        await s.close_async("finished")
+
+    asyncio.run(body())
