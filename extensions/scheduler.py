@@ -306,10 +306,10 @@ class RedisScheduler(BaseScheduler):
                 "%s requests that cannot be stored in Redis are lost on close",
                 len(self._memory),
             )
-        await self.spill.close()
         await _maybe_await(self.dupefilter.close(reason))
         if not self.persist:
             await self._retrying(self._flush_keys, limit=5)
+        await self.spill.close()
         await self.client.aclose()
 
     def has_pending_requests(self) -> bool:
@@ -808,6 +808,9 @@ class RedisScheduler(BaseScheduler):
         assert self.frontier is not None and self.spider is not None
         deleted = await self.frontier.flush()
         logger.info("Flushed %s keys of crawl %r", deleted, self.spider.name)
+        # The spilled requests go with the keys: their counters and scores
+        # (the arrival counter starts again) are gone.
+        await self.spill.clear()
 
     async def _retrying(
         self,

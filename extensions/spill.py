@@ -106,6 +106,10 @@ class SpillStore(Protocol):
         """Entries kept, of ``host`` or of every host."""
         ...
 
+    def spill_clear(self) -> int:
+        """Remove every entry (the crawl starts afresh); returns how many."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -228,7 +232,7 @@ class FrontierSpill:
     def open(self, frontier: Frontier) -> None:
         self.frontier = frontier
         self._locks = TokenLock(frontier.client)
-        if self.enabled:
+        if self.store is not None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="spill")
 
     async def close(self) -> None:
@@ -271,6 +275,12 @@ class FrontierSpill:
         if now >= self._next_refill:
             self._next_refill = now + REFILL_POLL_S
             await self.refill()
+
+    async def clear(self) -> None:
+        """Empty the spill store (the crawl's keys were flushed)."""
+        if self.store is not None:
+            n = await self._call(self.store.spill_clear)
+            logger.info("Deleted %s spilled requests from the spill store", n)
 
     def next_step(self) -> float:
         """When (monotonic) :meth:`step` has work: the next refill while

@@ -15,6 +15,7 @@ from extensions.frontier import Frontier, QueuedRequest, Worker
 from extensions.serialization import request_from_bytes, request_to_bytes
 from extensions.spill import FrontierSpill, SpillStore
 from pipelines.stores.spill import PageStoreSpill
+from pipelines.stores.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -320,3 +321,42 @@ def test_the_scheduler_spills_and_refills_in_order(
         await s.close_async("finished")
 
     asyncio.run(body())
+
+
+def test_starting_afresh_empties_the_spill_store(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """SCHEDULER_FLUSH_ON_START deletes the crawl's keys, the arrival counter
+    among them: spilled requests left in the store would come back with
+    stale scores (or collide with new ones), so they go too."""
+    from tests.test_scheduler import make_crawler, opened
+
+    async def spill_some(f: Frontier, _ref: Frontier, spill: FrontierSpill) -> None:
+        await commit(f, spill, requests(0, [0] * 10), "a")
+
+    run(redis_url, tmp_path, spill_some)
+    assert spilled_rows(tmp_path) == 6
+
+    async def body() -> None:
+        s = await opened(
+            make_crawler(
+                redis_url,
+                SCHEDULER_FLUSH_ON_START=True,
+                FRONTIER_SPILL_STORE="pipelines.stores.spill.PageStoreSpill",
+                SQLITE_PATH=str(tmp_path / "pages.sqlite3"),
+            )
+        )
+        await s.close_async("finished")
+
+    asyncio.run(body())
+    assert spilled_rows(tmp_path) == 0
+
+
+def spilled_rows(tmp_path: Path) -> int:
+    """The spill rows of the SQLite store under ``tmp_path``."""
+    store = SQLiteStore(tmp_path / "pages.sqlite3")
+    store.open()
+    try:
+        return store.spill_count()
+    finally:
+        store.close()

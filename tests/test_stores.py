@@ -308,6 +308,8 @@ def test_spill_keeps_each_hosts_requests_in_score_order(store_factory: Any) -> N
         assert again.spill_take(a, 5) == [(big, b"last")]  # type: ignore[attr-defined]
         assert again.spill_take(b, 5) == [(15, b"b")]  # type: ignore[attr-defined]
         assert again.spill_take("http://c.test:80", 5) == []  # type: ignore[attr-defined]
+        assert again.spill_clear() == 2  # type: ignore[attr-defined]
+        assert again.spill_count() == 0  # type: ignore[attr-defined]
     finally:
         again.close()
 

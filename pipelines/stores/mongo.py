@@ -529,6 +529,9 @@ class MongoStore:
     def spill_count(self, host: str | None = None) -> int:
         return spill_count(self._database(), host)
 
+    def spill_clear(self) -> int:
+        return spill_clear(self._database())
+
 
 def _labels(error: PyMongoError) -> list[str]:
     labels = getattr(error, "_error_labels", None)
@@ -595,6 +598,11 @@ def spill_delete(db: Any, host: str, scores: Sequence[int]) -> None:
         return
     with _SpillErrors("spill delete"):
         db[SPILL].delete_many({"_id": {"$in": [_spill_id(host, s) for s in scores]}})
+
+
+def spill_clear(db: Any) -> int:
+    with _SpillErrors("spill clear"):
+        return int(db[SPILL].delete_many({}).deleted_count)
 
 
 def spill_count(db: Any, host: str | None = None) -> int:

@@ -53,6 +53,9 @@ class PageStoreSpill:
     def spill_count(self, host: str | None = None) -> int:
         return int(self._store().spill_count(host))
 
+    def spill_clear(self) -> int:
+        return int(self._store().spill_clear())
+
     def close(self) -> None:
         if self._open:
             self.store.close()

@@ -511,6 +511,15 @@ class SQLiteStore:
             [(host, int(score)) for score in scores],
         )
 
+    def spill_clear(self) -> int:
+        with self._lock:
+            conn = self._connection()
+            try:
+                with conn:
+                    return int(conn.execute(f"DELETE FROM {SPILL}").rowcount)
+            except sqlite3.Error as e:
+                raise _store_error(e, "spill clear") from e
+
     def spill_count(self, host: str | None = None) -> int:
         sql, args = f"SELECT COUNT(*) FROM {SPILL}", cast("tuple[str, ...]", ())
         if host is not None:
