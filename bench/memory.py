@@ -190,7 +190,7 @@ async def _commit_capped(url: str, n: int, cap: int, home: str) -> int:
     )
     spill = FrontierSpill(crawler)
     frontier = Frontier(client, "web")
-    spill.open(frontier)
+    spill.open([frontier])
     spilled = 0
     try:
         batch: list[QueuedRequest] = []

@@ -256,7 +256,7 @@ class RedisScheduler(BaseScheduler):
                 self.spill.refill_below,
             ),
         )
-        self.spill.open(self.frontier)
+        self.spill.open([self.frontier])
         self.dlq = DeadLetters(self.client, spider.name)
         sig = self.crawler.signals
         sig.connect(self._on_request_dead, signal=request_dead)

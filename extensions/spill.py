@@ -208,7 +208,10 @@ class FrontierSpill:
         self._next_sample = 0.0
         self._next_refill = 0.0
         self._executor: ThreadPoolExecutor | None = None
-        self.frontier: Frontier | None = None
+        # The frontier's partitions (one: extensions.frontier.Frontier) and
+        # the one that holds a host's keys.
+        self.parts: Sequence[Frontier] = ()
+        self.part_of: Callable[[str], Frontier] | None = None
         self._locks: TokenLock | None = None
 
     @property
@@ -229,9 +232,18 @@ class FrontierSpill:
             return min(self.host_max, self.batch) if self.host_max else self.batch
         return self.host_max
 
-    def open(self, frontier: Frontier) -> None:
-        self.frontier = frontier
-        self._locks = TokenLock(frontier.client)
+    def open(
+        self,
+        parts: Sequence[Frontier],
+        part_of: Callable[[str], Frontier] | None = None,
+    ) -> None:
+        """Spill for the frontier ``parts`` (one per partition; all on one
+        client); ``part_of(host)`` names the one that holds a host (default:
+        the only one)."""
+        self.parts = list(parts)
+        only = self.parts[0]
+        self.part_of = part_of or (lambda _host: only)
+        self._locks = TokenLock(only.client)
         if self.store is not None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="spill")
 
@@ -250,17 +262,22 @@ class FrontierSpill:
     async def write(self, refused: Sequence[Spilled], entry: str, worker: str) -> None:
         """Write refused requests to the store, then confirm them (the
         write-ahead entry ``entry`` of ``worker`` holding them goes)."""
-        assert self.store is not None and self.frontier is not None
+        assert self.store is not None and self.part_of is not None
         by_host: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
         for r in refused:
             by_host[r.host].append((r.score, r.member))
         for host, entries in by_host.items():
             await self._call(self.store.spill_append, host, entries)
-        k = self.frontier.keys
-        args: list[Any] = [k.host_prefix, entry]
+        # Each partition confirms its hosts and drops its write-ahead entry.
+        by_part: dict[int, tuple[Frontier, list[Any]]] = {}
         for host, entries in by_host.items():
-            args += [host, len(entries)]
-        await script(self.frontier.client, SPILLED_LUA)(keys=[k.wal(worker)], args=args)
+            part = self.part_of(host)
+            by_part.setdefault(id(part), (part, []))[1].extend([host, len(entries)])
+        for part, pairs in by_part.values():
+            k = part.keys
+            await script(part.client, SPILLED_LUA)(
+                keys=[k.wal(worker)], args=[k.host_prefix, entry, *pairs]
+            )
         self.stats.inc_value("frontier/spilled", len(refused))
 
     async def step(self) -> None:
@@ -293,8 +310,7 @@ class FrontierSpill:
         return due
 
     async def sample(self) -> None:
-        assert self.frontier is not None
-        info = await self.frontier.client.info("memory")
+        info = await self.parts[0].client.info("memory")
         over = int(info["used_memory"]) > self.max_memory
         if over != self.over_memory:
             logger.info(
@@ -310,30 +326,33 @@ class FrontierSpill:
     async def refill(self) -> int:
         """Refill up to :data:`REFILL_HOSTS` hosts of the refill SET, each
         under its lock; returns the requests queued back."""
-        assert self.frontier is not None and self._locks is not None
-        k, client = self.frontier.keys, self.frontier.client
-        hosts = cast(
-            "list[bytes]", await client.srandmember(k.refill, REFILL_HOSTS) or []
-        )
-        self.pending = bool(hosts)
+        assert self._locks is not None
+        pending = False
         moved = 0
-        for raw in hosts:
-            host = raw.decode()
-            token = new_token()
-            lock = k.spill_lock(host)
-            if not await self._locks.acquire(lock, token, REFILL_LOCK_MS):
-                continue
-            try:
-                moved += max(0, await self._refill_host(host))
-            finally:
-                await self._locks.release(lock, token)
+        for part in self.parts:
+            hosts = cast(
+                "list[bytes]",
+                await part.client.srandmember(part.keys.refill, REFILL_HOSTS) or [],
+            )
+            pending = pending or bool(hosts)
+            for raw in hosts:
+                host = raw.decode()
+                token = new_token()
+                lock = part.keys.spill_lock(host)
+                if not await self._locks.acquire(lock, token, REFILL_LOCK_MS):
+                    continue
+                try:
+                    moved += max(0, await self._refill_host(part, host))
+                finally:
+                    await self._locks.release(lock, token)
+        self.pending = pending
         if moved:
             self.stats.inc_value("frontier/refilled", moved)
         return moved
 
-    async def _refill_host(self, host: str) -> int:
-        assert self.store is not None and self.frontier is not None
-        k, client = self.frontier.keys, self.frontier.client
+    async def _refill_host(self, part: Frontier, host: str) -> int:
+        assert self.store is not None
+        k, client = part.keys, part.client
         if not await script(client, REFILL_START_LUA)(keys=[k.host(host)], args=[]):
             return 0  # some are on their way to the store: next round
         entries = await self._call(self.store.spill_take, host, self.batch + 1)

@@ -56,7 +56,7 @@ def run(
         worker = Worker("w1", 60_000, 0, 1_800_000, spill.refill_below)
         capped = Frontier(client, "web", worker)
         reference = Frontier(client, "ref", Worker("w1", 60_000, 0, 1_800_000))
-        spill.open(capped)
+        spill.open([capped])
         try:
             await body(capped, reference, spill)
         finally:
