@@ -13,7 +13,8 @@ satisfying :class:`SpillStore`; the webcrawl add-on names the page store's,
 below ``FRONTIER_SPILL_BATCH``, one worker at a time (a token lock per host,
 :mod:`extensions.locks`) takes the next ``FRONTIER_SPILL_BATCH`` entries in
 score order from the store, puts them back in Redis with their original
-scores (:data:`REFILL_LUA`) and deletes them from the store.
+scores (:data:`REFILL_LUA`) and deletes them from the store. Stats:
+``frontier/spilled``, ``frontier/refilled``.
 
 Order: every request queued in Redis for a host scores below every one
 spilled (the commit script spills the queue's last in place of a new request
