@@ -40,8 +40,8 @@ queues grow in Redis, and a cap set above its default is reported once at
 open (a component wired by hand keeps working; the add-on always names the
 page store's spill).
 
-Retries (``delayed``) and recovered write-ahead batches bypass the cap: they
-are few, and they must not wait behind a store round trip.
+Retries (``delayed``), recovered write-ahead batches and leases handed back
+or reclaimed bypass the cap: they are few, and they keep their place.
 
 Settings read: ``FRONTIER_HOST_QUEUE_MAX``, ``FRONTIER_MAX_MEMORY``,
 ``FRONTIER_SPILL_STORE``, ``FRONTIER_SPILL_BATCH``.

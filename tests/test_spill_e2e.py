@@ -10,6 +10,7 @@ own request record).
 
 from __future__ import annotations
 
+import random
 import sqlite3
 import time
 from typing import TYPE_CHECKING, Any
@@ -110,8 +111,10 @@ def test_queues_grow_ten_times_past_the_cap_while_redis_stays_flat(
     # The waiting URLs of a host grew 10x past the cap ...
     most = max(max(s["waiting"].values(), default=0) for s in samples)
     assert most >= 10 * CAP, most
-    # ... while no queue in Redis ever held more than the cap ...
-    assert max(max(s["queued"].values(), default=0) for s in samples) <= CAP
+    # ... while no queue in Redis held much more than the cap (a lease handed
+    # back or reclaimed keeps its place, and a due retry is queued, past the
+    # cap: a few at most) ...
+    assert max(max(s["queued"].values(), default=0) for s in samples) <= 2 * CAP
     # ... and the frontier keys' memory stayed flat: at the largest backlog
     # (10x the cap or more) about what it was when a host first had as many
     # waiting as the cap.
@@ -119,4 +122,56 @@ def test_queues_grow_ten_times_past_the_cap_while_redis_stays_flat(
     at_most = next(s for s in samples if max(s["waiting"].values(), default=0) == most)
     assert at_most["bytes"] <= 1.5 * at_cap["bytes"] + 20_000, (at_cap, at_most)
     # Nothing left behind in the store.
+    assert spilled_by_host(tmp_path) == {}
+
+
+def test_sigkilled_workers_lose_nothing_while_spilling(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Workers killed (SIGKILL) and restarted three times while hosts spill:
+    requests refused by the cap and not yet written, or written and not yet
+    confirmed, or moved back and not yet deleted from the store, are all
+    still crawled; a page is fetched twice only for what a killed worker
+    held."""
+    from demo.fleet import start_worker, stop
+    from demo.localcrawl import sandbox_settings
+    from tests.test_crawl_e2e import in_flight
+
+    spec = SiteSpec(seed=5, hosts=3, pages_per_host=120)
+    settings = {
+        "DOWNLOAD_DELAY": 0.02,
+        "FRONTIER_HOST_QUEUE_MAX": CAP,
+        "FRONTIER_SPILL_BATCH": BATCH,
+        "FRONTIER_LEASE_TIMEOUT": 3,
+        "FRONTIER_HEARTBEAT_INTERVAL": 1,
+    }
+    worker_settings = {**sandbox_settings(redis_url, tmp_path), **settings}
+    held_at_kill: list[int] = []
+    spilled_at_kill: list[int] = []
+
+    def chaos(procs: list[Any], _web: SandboxProcess) -> None:
+        rng = random.Random(3)
+        for n in range(3):
+            time.sleep(rng.uniform(2.0, 4.0))
+            victim = rng.randrange(len(procs))
+            held_at_kill.append(in_flight(redis_url, procs[victim].pid))
+            spilled_at_kill.append(sum(spilled_by_host(tmp_path).values()))
+            stop(procs[victim])
+            procs[victim] = start_worker(
+                worker_settings, tmp_path / "logs" / f"restarted-{n}.log"
+            )
+
+    report = crawl_sandbox(
+        spec, redis_url, tmp_path, workers=2, settings=settings, during=chaos,
+        timeout=300,
+    )  # fmt: skip
+    assert len(held_at_kill) == 3
+    assert max(spilled_at_kill) > 0  # the kills came while hosts spilled
+    expected = spec.reachable_urls(report.port)
+    counts = report.fetch_counts()
+    assert not expected - set(counts), sorted(expected - set(counts))[:5]
+    twice = sum(n - 1 for n in counts.values() if n > 1)
+    print(f"in flight at the kills: {held_at_kill}, spilled: {spilled_at_kill}, "
+          f"fetched twice: {twice}")  # fmt: skip
+    assert twice <= sum(held_at_kill) + 50
     assert spilled_by_host(tmp_path) == {}
