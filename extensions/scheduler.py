@@ -298,6 +298,9 @@ class RedisScheduler(BaseScheduler):
             logger.info("Handed back %s unstarted leases", returned)
         await self._retrying(self._sync_out, limit=5)
         await self._retrying(self._report_waiting, limit=2)
+        # A store error is logged (and counted) like a failed step, never
+        # stops the close.
+        await self._stage("spill", self._report_spilled)
         if self._pending is None:
             # Nothing written ahead is left: no one needs to recover us.
             await self._retrying(self.frontier.retire, limit=2)
@@ -803,6 +806,13 @@ class RedisScheduler(BaseScheduler):
             )  # fmt: skip
         else:
             logger.info("Closing with no URL waiting in Redis")
+
+    async def _report_spilled(self) -> None:
+        """Say what waits in the spill store for the next run."""
+        spilled = await self.spill.count()
+        if spilled:
+            self.stats.set_value("frontier/waiting_spilled", spilled)
+            logger.info("%s more URLs wait in the spill store", spilled)
 
     async def _flush_keys(self) -> None:
         assert self.frontier is not None and self.spider is not None

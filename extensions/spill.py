@@ -294,6 +294,12 @@ class FrontierSpill:
             self._next_refill = now + REFILL_POLL_S
             await self.refill()
 
+    async def count(self) -> int:
+        """Requests waiting in the spill store (0: no store)."""
+        if self.store is None or self._executor is None:
+            return 0
+        return await self._call(self.store.spill_count)
+
     async def clear(self) -> None:
         """Empty the spill store (the crawl's keys were flushed)."""
         if self.store is not None:

@@ -337,18 +337,22 @@ def test_starting_afresh_empties_the_spill_store(
     run(redis_url, tmp_path, spill_some)
     assert spilled_rows(tmp_path) == 6
 
-    async def body() -> None:
-        s = await opened(
-            make_crawler(
-                redis_url,
-                SCHEDULER_FLUSH_ON_START=True,
-                FRONTIER_SPILL_STORE="pipelines.stores.spill.PageStoreSpill",
-                SQLITE_PATH=str(tmp_path / "pages.sqlite3"),
-            )
+    async def body(**settings: Any) -> Any:
+        crawler = make_crawler(
+            redis_url,
+            FRONTIER_SPILL_STORE="pipelines.stores.spill.PageStoreSpill",
+            SQLITE_PATH=str(tmp_path / "pages.sqlite3"),
+            **settings,
         )
+        s = await opened(crawler)
         await s.close_async("finished")
+        return crawler.stats
 
-    asyncio.run(body())
+    # Kept (and reported on close) by a run that persists.
+    stats = asyncio.run(body(FRONTIER_HOST_QUEUE_MAX=0))
+    assert stats.get_value("frontier/waiting_spilled") == 6
+    assert spilled_rows(tmp_path) == 6
+    asyncio.run(body(SCHEDULER_FLUSH_ON_START=True))
     assert spilled_rows(tmp_path) == 0
 
 
