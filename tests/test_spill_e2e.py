@@ -1,7 +1,8 @@
 """End to end: the frontier spill under a real crawl.
 
 Two real ``scrapy crawl web`` workers crawl a sandbox web of few, large
-hosts with a tiny ``FRONTIER_HOST_QUEUE_MAX``: the URLs a host has waiting
+hosts with a tiny ``FRONTIER_HOST_QUEUE_MAX`` (or a ``FRONTIER_MAX_MEMORY``
+Redis is always over): the URLs a host has waiting
 grow far past the cap, but its queue in Redis never does (read in Redis:
 ``ZCARD`` and ``MEMORY USAGE`` of the frontier keys); the rest wait in the
 SQLite page store. Every page is still fetched exactly once (the sandbox's
@@ -58,8 +59,18 @@ def frontier_bytes(client: redis.Redis) -> int:
     )
 
 
+@pytest.mark.parametrize(
+    "cap",
+    [
+        pytest.param({"FRONTIER_HOST_QUEUE_MAX": CAP}, id="host-cap"),
+        # Redis is always over 1 byte: every host's cap is the batch.
+        pytest.param(
+            {"FRONTIER_HOST_QUEUE_MAX": 0, "FRONTIER_MAX_MEMORY": 1}, id="memory"
+        ),
+    ],
+)
 def test_queues_grow_ten_times_past_the_cap_while_redis_stays_flat(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, cap: dict[str, int]
 ) -> None:
     spec = SiteSpec(seed=11, hosts=2, pages_per_host=250)
     client = redis.Redis.from_url(redis_url)
@@ -94,8 +105,8 @@ def test_queues_grow_ten_times_past_the_cap_while_redis_stays_flat(
             workers=2,
             settings={
                 "DOWNLOAD_DELAY": 0.02,
-                "FRONTIER_HOST_QUEUE_MAX": CAP,
                 "FRONTIER_SPILL_BATCH": BATCH,
+                **cap,
             },
             timeout=240,
             during=sample,
