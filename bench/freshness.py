@@ -1,33 +1,48 @@
-"""Freshness and age of a continuous crawl: adaptive against uniform revisits.
+"""Freshness and age of a continuous crawl: the revisit policies at one budget.
 
-``python -m bench.freshness [--pages N] [--budget B] [--seed S]``
+``python -m bench.freshness [--web measured|classes] [--interval U ...]
+[--budget B ...] [--pages N] [--seed S] [--memory N] [--ceilings]``
 
 A simulation, driven by the real policy functions of :mod:`extensions.recrawl`
-(:func:`~extensions.recrawl.adaptive_interval`, the default, and
-:func:`~extensions.recrawl.uniform_interval`) over the sandbox's own change
-model (:class:`sandbox.changes.ChangeModel`: a seeded Poisson process per
-page; half the pages never change, a quarter change every ``period`` on
-average, a quarter every ``10 * period``). What is compared is the policy, so
-the crawler is reduced to what constrains a policy: a fetch budget. One
-fetcher serves ``B`` fetches per time unit in order of due time (a page due
-while the fetcher is busy waits); each fetch sees the page's version at that
-moment, tells the policy whether it changed (a 304 when not), and the policy
-sets the next visit. Real crawls of this web run in seconds per change
-(``tests/test_recrawl_e2e.py``); the simulation covers ~40 revisits per page
-in under a second of CPU, which a real crawl could only do in hours.
+(:func:`~extensions.recrawl.uniform_interval`,
+:func:`~extensions.recrawl.adaptive_interval` and
+:func:`~extensions.recrawl.budgeted_interval`, the default) over the sandbox's
+own change model (:class:`sandbox.changes.ChangeModel`: a seeded Poisson
+process per page). The web (``--web``, fixed before any policy was measured):
+``measured`` (the default), the spread of change rates Cho and Garcia-Molina
+measured (23 % of pages change at least daily, 30 % not in four months,
+rates log-uniform within each class; one time unit is one day), or
+``classes``, the sandbox's three classes (half static, a quarter every 10
+units, a quarter every unit). The budgets (``--interval``, default 7 and 30):
+every page once a week or once a month on average, a fraction of what
+keeping the fast pages fresh under uniform would need.
 
-Both policies get the same budget: uniform revisits every page every
-``pages / budget`` (exactly the budget); adaptive starts there
-(``RECRAWL_DEFAULT_INTERVAL``), within ``[default / 8, default * 8]``, and may
-use less than the budget, never more (the fetcher is the bound).
+What is compared is the policy, so the crawler is reduced to what
+constrains a policy: a fetch budget. One fetcher serves ``B`` fetches per
+time unit in order of due time (a page due while the fetcher is busy waits);
+each fetch sees the page's version at that moment, tells the policy whether
+it changed (a 304 when not) with the page's change history, and the policy
+sets the next visit. Real crawls of the sandbox run in seconds per change
+(``tests/test_recrawl_e2e.py``); the simulation covers 40 rounds of
+revisits in seconds of CPU, which a real crawl could only do in months.
 
-Measured over the second half of the run (after the adaptive intervals have
-settled), time-averaged over pages:
+Every policy gets the same budget: uniform revisits every page every
+``U = pages / budget`` (exactly the budget); adaptive and budgeted have
+bounds ``[U / 8, 8 U]`` and a setting scaled the way an operator sets it for
+the fleet's capacity (adaptive: its bounds, budgeted: its give-up interval),
+the best scale reported; the fetcher is the bound, so none spends more.
+"optimal" is Cho and Garcia-Molina's allocation for the *true* rates (no
+crawler knows them), without bounds: the ceiling of any policy; its age is
+large because it never revisits the pages it gives up. ``--ceilings``
+prints that ceiling in closed form for three web models and five budgets.
+
+Measured over the second half of the run (after the intervals settled),
+time-averaged over pages:
 
 * freshness: the share of pages whose stored copy equals the live page
   (Cho and Garcia-Molina's F);
 * age: how long, on average, the stored copy has been out of date (0 while
-  fresh; their A), in time units (one unit: a fast page's mean change gap).
+  fresh; their A), in time units.
 """
 
 from __future__ import annotations
@@ -41,7 +56,15 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from extensions.recrawl import Bounds, Visit, adaptive_interval, uniform_interval
+from extensions.recrawl import (
+    Bounds,
+    History,
+    Visit,
+    adaptive_interval,
+    budgeted_interval,
+    optimal_interval,
+    uniform_interval,
+)
 from sandbox.changes import ChangeModel
 from sandbox.site import SiteSpec
 
@@ -50,12 +73,21 @@ if TYPE_CHECKING:
 
 # Hosts x pages of the simulated web (the sandbox's layout and paths).
 HOSTS = 20
-# The change model's period: the time unit of the results.
+# The change model's period: the time unit of the results (one day in the
+# measured profile).
 PERIOD = 1.0
 # Revisits per page (at the uniform interval) the run lasts.
 ROUNDS = 40
-# Adaptive bounds around the uniform interval: [u / SPREAD, u * SPREAD].
+# Policies' bounds around the uniform interval: [u / SPREAD, u * SPREAD].
 SPREAD = 8.0
+# Scales tried for each policy's setting (adaptive: its bounds; budgeted:
+# RECRAWL_GIVE_UP_INTERVAL as a share of the uniform interval), the way an
+# operator sets them for the fleet's capacity; the best that stays within
+# the budget is reported.
+ADAPTIVE_SCALES = (0.12, 0.18, 0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
+# Uniform intervals (units) of the closed-form ceiling table (--ceilings).
+CEILING_INTERVALS = (1.0, 7.0, 30.0, 90.0, 365.0)
+GIVE_UP_SCALES = (0.02, 0.03, 0.05, 0.07, 0.1, 0.14, 0.2, 0.3)
 
 
 @dataclass
@@ -79,21 +111,33 @@ class Web:
     horizon: float
 
 
-def build_web(pages: int, budget: float, seed: int) -> Web:
+def build_web(
+    pages: int, budget: float, seed: int, profile: str = "classes", changes: bool = True
+) -> Web:
+    """The web's pages and rates, and (``changes``) their change times up to
+    the horizon (changes after it are never seen: nothing is measured there)."""
     spec = SiteSpec(seed=seed, hosts=HOSTS, pages_per_host=max(1, pages // HOSTS))
-    model = ChangeModel(seed, PERIOD, 0.0)
+    model = ChangeModel(seed, PERIOD, 0.0, profile)
     urls = [(i, spec.page_path(i, k)) for i in range(HOSTS)
             for k in range(spec.pages_on(i))]  # fmt: skip
     uniform = len(urls) / budget
     horizon = ROUNDS * uniform
-    until = horizon + uniform * SPREAD * 4
-    return Web(
-        urls,
-        [model.rate(i, p) for i, p in urls],
-        [model.change_times(i, p, until) for i, p in urls],
-        uniform,
-        horizon,
-    )
+    times = [model.change_times(i, p, horizon) if changes else [] for i, p in urls]
+    return Web(urls, [model.rate(i, p) for i, p in urls], times, uniform, horizon)
+
+
+def ceilings(pages: int, seed: int) -> list[tuple[str, float, float, float]]:
+    """(profile, uniform interval, uniform F, optimal F) in closed form (no
+    simulation): how much any policy can gain over uniform, per web model
+    and budget."""
+    out = []
+    for profile in ("classes", "measured", "loguniform"):
+        for u in CEILING_INTERVALS:
+            web = build_web(pages, pages / u, seed, profile, changes=False)
+            uniform = expected_freshness(web, [web.uniform] * len(web.rates))
+            optimal = expected_freshness(web, oracle_intervals(web, pages / u))
+            out.append((profile, u, uniform, optimal))
+    return out
 
 
 def policy_runner(
@@ -102,29 +146,35 @@ def policy_runner(
     return lambda j, visit: bounds.clamp(float(policy(visit, bounds)))
 
 
-def oracle_intervals(web: Web, budget: float, bounds: Bounds) -> list[float]:
-    """Cho and Garcia-Molina's optimal revisit frequencies for the true
-    change rates (what no crawler knows): maximise the summed freshness
-    ``f / l * (1 - exp(-l / f))`` under ``sum(f) = budget``, by Lagrange
-    (bisection on the multiplier), within the same bounds."""
-    fmin, fmax = 1 / bounds.max, 1 / bounds.min
-    grid = [fmin * (fmax / fmin) ** (k / 199) for k in range(200)]
-
-    def best(rate: float, mu: float) -> float:
-        if rate == 0:
-            return fmin
-        return max(grid, key=lambda f: f / rate * -math.expm1(-rate / f) - mu * f)
-
-    lo, hi = 1e-9, 1e3
-    freqs: dict[float, float] = {}
-    for _ in range(40):
-        mu = math.sqrt(lo * hi)
-        freqs = {r: best(r, mu) for r in set(web.rates)}
-        if sum(freqs[r] for r in web.rates) > budget:
-            lo = mu
+def oracle_intervals(web: Web, budget: float) -> list[float]:
+    """Cho and Garcia-Molina's optimal revisit intervals for the true change
+    rates (what no crawler knows), no bounds: :func:`optimal_interval` with
+    the price (Lagrange multiplier) that spends the budget exactly, found by
+    bisection; static pages and pages beyond the price are never revisited
+    (``inf``)."""
+    lo, hi = web.uniform * 1e-6, web.uniform * 1e3
+    intervals: list[float] = []
+    for _ in range(60):
+        price = math.sqrt(lo * hi)
+        intervals = [optimal_interval(r, price) for r in web.rates]
+        if sum(1 / i for i in intervals) > budget:
+            lo = price
         else:
-            hi = mu
-    return [1 / freqs[r] for r in web.rates]
+            hi = price
+    return intervals
+
+
+def expected_freshness(web: Web, intervals: list[float]) -> float:
+    """Cho and Garcia-Molina's closed form: a page changing ``l`` times per
+    unit revisited every ``I`` is fresh ``(1 - e^-lI) / (lI)`` of the time."""
+    total = 0.0
+    for rate, interval in zip(web.rates, intervals, strict=True):
+        x = rate * interval
+        if rate == 0:
+            total += 1.0
+        elif not math.isinf(x):
+            total += -math.expm1(-x) / x
+    return total / len(web.rates)
 
 
 def simulate(
@@ -141,6 +191,7 @@ def simulate(
     due = [(uniform * j / n, j) for j in range(n)]
     heapq.heapify(due)
     interval: list[float | None] = [None] * n
+    history = [History()] * n
     stored = [0] * n  # the version each stored copy is
     last_fetch = [0.0] * n
     fresh_time = 0.0
@@ -176,17 +227,21 @@ def simulate(
             continue
         free = t + gap
         version = bisect.bisect_right(times[j], t)
-        if interval[j] is not None:
+        previous = interval[j]
+        was_changed = None if previous is None else version != stored[j]
+        if previous is not None:
             f, a = account(j, last_fetch[j], t)
             fresh_time += f
             age_time += a
-        was_changed = None if interval[j] is None else version != stored[j]
+            # What extensions.recrawl.next_visit keeps: the interval that
+            # led here, not the (possibly later) actual gap.
+            history[j] = history[j].add(previous, was_changed)
         if t >= start:
             counted += 1
             changed += bool(was_changed)
         fetches += 1
         status = 304 if was_changed is False else 200
-        visit = Visit(interval[j], was_changed, status)
+        visit = Visit(previous, was_changed, status, history=history[j])
         next_interval = interval_of(j, visit)
         interval[j] = next_interval
         stored[j] = version
@@ -203,18 +258,71 @@ def simulate(
     )
 
 
+def best_of(
+    policy: Callable[[Visit, Bounds], float],
+    name: str,
+    web: Web,
+    budget: float,
+    scaled: Callable[[float], Bounds],
+    scales: tuple[float, ...],
+) -> Result:
+    """The policy at each scale of its setting; the freshest run (the
+    fetcher never serves more than the budget, so none exceeds it)."""
+    tried = []
+    for scale in scales:
+        r = simulate(policy_runner(policy, scaled(scale)), name, web, budget)
+        r.policy = f"{name} x{scale:g}"
+        tried.append(r)
+    return max(tried, key=lambda r: r.freshness)
+
+
+def compare(web: Web, budget: float) -> tuple[list[Result], float]:
+    """uniform, adaptive, budgeted and optimal at one budget; and the
+    optimum's closed-form freshness (a check on the simulation)."""
+    u = web.uniform
+    bounds = Bounds(u / SPREAD, u, u * SPREAD)
+    uniform = simulate(policy_runner(uniform_interval, bounds), "uniform", web, budget)
+
+    def adaptive_bounds(s: float) -> Bounds:
+        return Bounds(bounds.min * s, bounds.default * s, bounds.max * s)
+
+    def budgeted_bounds(s: float) -> Bounds:
+        return Bounds(bounds.min, bounds.default, bounds.max, give_up=u * s)
+
+    adaptive = best_of(adaptive_interval, "adaptive", web, budget,
+                       adaptive_bounds, ADAPTIVE_SCALES)  # fmt: skip
+    budgeted = best_of(budgeted_interval, "budgeted", web, budget,
+                       budgeted_bounds, GIVE_UP_SCALES)  # fmt: skip
+    oracle = oracle_intervals(web, budget)
+    optimal = simulate(lambda j, v: oracle[j], "optimal", web, budget)
+    return [uniform, adaptive, budgeted, optimal], expected_freshness(web, oracle)
+
+
+# The store-side schedule's measurement: next visits spread evenly over a
+# week (a mean revisit interval of a week), RECRAWL_WINDOW of an hour.
+STORE_SPREAD_S = 7 * 86400
+STORE_WINDOW_S = 3600
+
+
 def schedule_memory(n: int) -> dict[str, float]:
     """Redis bytes per URL of the recrawl schedule (``MEMORY USAGE ...
     SAMPLES 0`` of its ZSET and HASH) holding ``n`` sandbox-like URLs, each
-    with an ETag, a Last-Modified date and a content hash (as kept)."""
+    with an ETag, a Last-Modified date, a content hash (as kept) and a
+    change history of a few weeks; then the same URLs with the store-side
+    schedule (SQLite page store, next visits spread over
+    :data:`STORE_SPREAD_S`, a window of :data:`STORE_WINDOW_S`): Redis bytes
+    per known URL after a refill, and the SQLite bytes per URL."""
     import asyncio
     import hashlib
+    import sqlite3
     import tempfile
+    from pathlib import Path
 
     import redis.asyncio as aredis
 
     from extensions.embedded_redis import RedisProcess
     from extensions.recrawl import HASH_CHARS, Record, RecrawlSchedule
+    from pipelines.stores.sqlite import SQLiteStore
 
     spec = SiteSpec(seed=1, hosts=100, pages_per_host=max(1, n // 100))
     urls = [spec.url(i, spec.page_path(i, k), 8080) for i in range(spec.hosts)
@@ -227,86 +335,138 @@ def schedule_memory(n: int) -> dict[str, float]:
     def etag(url: str) -> str:
         return '"' + hashlib.blake2b(url.encode(), digest_size=8).hexdigest() + '"'
 
-    async def fill(url: str) -> dict[str, float]:
-        client = aredis.Redis.from_url(url)
-        schedule = RecrawlSchedule(client, "web")
-        date = "Mon, 01 Jan 2024 00:00:00 GMT"
-        for i in range(0, len(urls), 1000):
-            await schedule.schedule(
-                (u, Record(86400.0, etag(u), date, sha(u))) for u in urls[i : i + 1000]
-            )
+    date = "Mon, 01 Jan 2024 00:00:00 GMT"
+    # A history as a page revisited daily for weeks has one.
+    history = History(23, 7, 23 * 86400.0 + 0.125)
+    records = [(u, Record(86400.0, etag(u), date, sha(u), history)) for u in urls]
+    count = len(urls)
+
+    async def usage(client: aredis.Redis, schedule: RecrawlSchedule) -> int:
         keys = schedule.keys
         zset = await client.memory_usage(keys.recrawl, samples=0) or 0
         data = await client.memory_usage(keys.recrawl_data, samples=0) or 0
+        return int(zset + data)
+
+    async def fill(url: str, store: SQLiteStore) -> dict[str, float]:
+        client = aredis.Redis.from_url(url)
+        schedule = RecrawlSchedule(client, "web")
+        for i in range(0, count, 1000):
+            await schedule.schedule(records[i : i + 1000])
+        keys = schedule.keys
+        zset = await client.memory_usage(keys.recrawl, samples=0) or 0
+        data = await client.memory_usage(keys.recrawl_data, samples=0) or 0
+        await client.delete(keys.recrawl, keys.recrawl_data)
+        # Store-side: every next visit in the store, then one refill of the
+        # window (what extensions.recrawl.Recrawler._refill does).
+        now = await schedule.now_ms()
+        store.schedule_put([(u, now + STORE_SPREAD_S * 1000 * j // count, r.to_json())
+                            for j, (u, r) in enumerate(records)])  # fmt: skip
+        until = now + STORE_WINDOW_S * 1000
+        while entries := store.schedule_due(until, 1000):
+            await schedule.load(entries)
+            store.schedule_delete([(u, d) for u, d, _ in entries])
+        window = await usage(client, schedule)
+        in_window = int(await client.zcard(keys.recrawl))
         await client.aclose()
-        count = len(urls)
         return {"urls": count, "zset_bytes_per_url": round(zset / count, 1),
                 "hash_bytes_per_url": round(data / count, 1),
                 "bytes_per_url": round((zset + data) / count, 1),
-                "url_length": round(sum(map(len, urls)) / count, 1)}  # fmt: skip
+                "url_length": round(sum(map(len, urls)) / count, 1),
+                "store_side_in_window": in_window,
+                "store_side_redis_bytes_per_url": round(window / count, 2)}  # fmt: skip
 
     with tempfile.TemporaryDirectory() as tmp:
         server = RedisProcess(tmp, appendonly=False).start()
+        store = SQLiteStore(Path(tmp) / "pages.sqlite3")
+        store.open()
         try:
-            return asyncio.run(fill(server.url))
+            out = asyncio.run(fill(server.url, store))
         finally:
             server.stop()
+            store.close()
+        # The schedule table's share of the file (the other tables are empty).
+        db = sqlite3.connect(Path(tmp) / "pages.sqlite3")
+        pages, size = (db.execute(f"PRAGMA {p}").fetchone()[0]
+                       for p in ("page_count", "page_size"))  # fmt: skip
+        db.close()
+        out["store_bytes_per_url"] = round(pages * size / count, 1)
+        return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=str(__doc__).splitlines()[0])
     parser.add_argument("--pages", type=int, default=2000)
     parser.add_argument(
-        "--budget", type=float, default=500.0,
-        help="fetches per time unit (default: every page every 4 units)",
+        "--web", choices=("measured", "classes"), default="measured",
+        help="the change profile (sandbox.changes): measured-like rates "
+        "(the default) or the sandbox's three classes",
+    )  # fmt: skip
+    parser.add_argument(
+        "--interval", type=float, action="append", metavar="U",
+        help="budget as the uniform revisit interval in units (budget = "
+        "pages / U); repeat for several budgets (default: 7 and 30)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--budget", type=float, action="append",
+        help="budget in fetches per unit (instead of --interval)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--memory", type=int, default=0, metavar="N",
         help="also measure the schedule's Redis bytes per URL over N URLs",
     )  # fmt: skip
+    parser.add_argument(
+        "--ceilings", action="store_true",
+        help="print only the closed-form optimal/uniform freshness per web "
+        "profile and uniform interval (no simulation)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
     began = time.perf_counter()
-    web = build_web(args.pages, args.budget, args.seed)
-    u = web.uniform
-    bounds = Bounds(u / SPREAD, u, u * SPREAD)
-    results = [
-        simulate(policy_runner(uniform_interval, bounds), "uniform", web, args.budget)
-    ]
-    # The adaptive policy at the same budget: its bounds scaled until it
-    # spends the budget (RECRAWL_* set for the fleet's capacity); the best
-    # freshness among the scales that do not exceed it.
-    tried = []
-    for scale in (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0):
-        b = Bounds(bounds.min * scale, bounds.default * scale, bounds.max * scale)
-        r = simulate(policy_runner(adaptive_interval, b), "adaptive", web, args.budget)
-        r.policy = f"adaptive x{scale:g}"
-        tried.append(r)
-    results.append(max(tried, key=lambda r: r.freshness))
-    oracle = oracle_intervals(web, args.budget, bounds)
-    results.append(simulate(lambda j, v: oracle[j], "optimal", web, args.budget))
-    ratio = results[1].freshness / results[0].freshness
-    ceiling = results[2].freshness / results[0].freshness
+    if args.ceilings:
+        print(f"{'web':11} {'interval':>8} {'uniform F':>9} {'optimal F':>9} "
+              f"{'ratio':>6}")  # fmt: skip
+        for profile, u, uni, opt in ceilings(args.pages, args.seed):
+            print(f"{profile:11} {u:8g} {uni:9.3f} {opt:9.3f} {opt / uni:5.2f}x")
+        return 0
+    budgets = list(args.budget or [])
+    if not budgets:
+        budgets = [args.pages / u for u in (args.interval or [7.0, 30.0])]
+    runs = []
+    for budget in budgets:
+        web = build_web(args.pages, budget, args.seed, args.web)
+        results, closed = compare(web, budget)
+        runs.append((budget, web, results, closed))
     memory = schedule_memory(args.memory) if args.memory else None
     if args.json:
-        out = {"results": [asdict(r) for r in results], "ratio": ratio,
-               "ceiling": ceiling, "memory": memory}  # fmt: skip
+        out = {"runs": [{"budget": b, "uniform_interval": w.uniform,
+                         "results": [asdict(r) for r in rs],
+                         "optimal_closed_form": closed}
+                        for b, w, rs, closed in runs],
+               "memory": memory}  # fmt: skip
         print(json.dumps(out))
         return 0
-    print(f"{'policy':14} {'freshness':>9} {'age':>7} {'fetches':>8} {'budget':>8} "
-          f"{'changed':>8}")  # fmt: skip
-    for r in results:
-        print(f"{r.policy:14} {r.freshness:9.3f} {r.age:7.3f} {r.fetches:8d} "
-              f"{r.budget:8d} {r.changed_share:8.3f}")  # fmt: skip
-    print(f"adaptive / uniform freshness: {ratio:.2f}x; "
-          f"optimal (true rates) / uniform: {ceiling:.2f}x "
-          f"({time.perf_counter() - began:.1f} s)")  # fmt: skip
+    for budget, web, results, closed in runs:
+        print(f"web {args.web}, {len(web.urls)} pages, budget {budget:g} fetches "
+              f"per unit (uniform interval {web.uniform:g} units)")  # fmt: skip
+        print(f"{'policy':14} {'freshness':>9} {'x unif':>7} {'age':>7} "
+              f"{'fetches':>8} {'budget':>8} {'changed':>8}")  # fmt: skip
+        for r in results:
+            ratio = r.freshness / results[0].freshness
+            print(f"{r.policy:14} {r.freshness:9.3f} {ratio:6.2f}x {r.age:7.3f} "
+                  f"{r.fetches:8d} {r.budget:8d} {r.changed_share:8.3f}")  # fmt: skip
+        print(f"optimal, closed form: {closed:.3f}\n")
+    print(f"({time.perf_counter() - began:.1f} s)")
     if memory is not None:
         print(f"schedule memory: {memory['bytes_per_url']} B per URL "
               f"(ZSET {memory['zset_bytes_per_url']}, HASH "
               f"{memory['hash_bytes_per_url']}; {memory['urls']:,} URLs of "
               f"{memory['url_length']} chars)")  # fmt: skip
+        print(f"store-side schedule (RECRAWL_WINDOW {STORE_WINDOW_S} s, next "
+              f"visits over {STORE_SPREAD_S // 86400} days): "
+              f"{memory['store_side_redis_bytes_per_url']} B of Redis per known "
+              f"URL ({memory['store_side_in_window']:,} URLs in the window), "
+              f"{memory['store_bytes_per_url']} B of SQLite per URL")  # fmt: skip
     return 0
 
 

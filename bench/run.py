@@ -5,7 +5,7 @@ and two workers), in turn, same pages, seeds, concurrency and delay
 (:mod:`bench.crawlers`), repeats each crawl, measures Redis memory per queued
 request and per seen URL (:mod:`bench.memory`), runs the component
 micro-benchmarks (``python -m bench.bloom``, ``python -m bench.pipeline``,
-``python -m bench.freshness``) and
+``python -m bench.freshness``, ``python -m bench.cluster``) and
 prints one table per scenario, crawlers as columns, each cell the median of
 the repeats, its range, and its ratio to stock Scrapy. The tables also go to
 ``bench/out/latest.md``. Every crawl is bounded by ``--timeout``; everything
@@ -567,8 +567,11 @@ def main(argv: list[str] | None = None) -> int:
                 ("bench.bloom", size.bloom_args),
                 ("bench.pipeline", size.pipeline_args),
                 # Continuous crawling: freshness of the revisit policies and
-                # the schedule's Redis bytes per URL (~15 s).
-                ("bench.freshness", ["--budget", "125", "--memory", "100000"]),
+                # the schedule's Redis bytes per URL, both schedules (~55 s).
+                ("bench.freshness", ["--memory", "100000"]),
+                # A fleet on a local 3-master Redis Cluster: per-master work
+                # and the ceiling table (~2 minutes; full runs only).
+                ("bench.cluster", None if args.quick else ["--timeout", "120"]),
             ):
                 if margs is None:
                     continue

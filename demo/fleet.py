@@ -30,12 +30,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def push_seeds(
     redis_url: str, urls: Iterable[str], key: str = "web:start_urls"
 ) -> None:
-    """``redis-cli -u URL lpush web:start_urls ...``, as the README says."""
+    """``redis-cli -c -u URL lpush web:start_urls ...``, as the README says
+    (``-c`` follows a cluster's ``MOVED`` to the master of the key)."""
     urls = list(urls)
     cli = find_redis_binary("redis-cli")
     for i in range(0, len(urls), 500):
         subprocess.run(
-            [cli, "-u", redis_url, "lpush", key, *urls[i : i + 500]],
+            [cli, "-c", "-u", redis_url, "lpush", key, *urls[i : i + 500]],
             check=True,
             stdout=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,

@@ -13,9 +13,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import redis
+from scrapy.settings import Settings
 
 from demo.fleet import push_seeds, start_worker, wait_all
+from extensions.connection import sync_client
 from extensions.keys import crawl_patterns, invalid_start_urls, start_urls
 from sandbox.process import SandboxProcess, min_gap_ms_by_host
 
@@ -64,8 +65,9 @@ class CrawlReport:
 
 
 def reset_crawl(redis_url: str, prefix: str = "web") -> None:
-    """Delete every key of crawl ``prefix``, its seed lists included."""
-    client = redis.Redis.from_url(redis_url)
+    """Delete every key of crawl ``prefix``, its seed lists included (on a
+    cluster: SCAN over every master, UNLINK split by slot)."""
+    client = sync_client(Settings({"REDIS_URL": redis_url}))
     try:
         keys = [start_urls(prefix), invalid_start_urls(prefix)]
         for pattern in crawl_patterns(prefix):

@@ -2,8 +2,22 @@
 
 Settings read: ``BACKOFF_ENABLED``, ``BACKOFF_HTTP_CODES``, ``BACKOFF_INITIAL``,
 ``BACKOFF_MAX``, ``BACKOFF_JITTER``, ``BACKOFF_QUIET_PERIOD``,
-``BREAKER_THRESHOLD``, ``BREAKER_COOLDOWN``, ``BREAKER_MAX_COOLDOWN``, and
-through :mod:`extensions.connection` ``REDIS_URL``.
+``BREAKER_THRESHOLD``, ``BREAKER_COOLDOWN``, ``BREAKER_MAX_COOLDOWN``,
+``HOST_DOWN_AFTER``, ``HOST_DOWN_TTL``, ``FRONTIER_PARTITIONS`` (where a
+host's record lives), and through
+:mod:`extensions.connection` ``REDIS_URL``.
+
+A host down for good: once a host has failed every connection (robots.txt
+fetches included, no response in between) for ``HOST_DOWN_AFTER`` seconds,
+judged when a request of it fails after ``BREAKER_THRESHOLD`` failures or
+with ``HostDown``, it is judged down for ``HOST_DOWN_TTL``
+(:data:`extensions.dlq.HOST_DOWN_LUA`): its queued and delayed requests are
+dead-lettered as ``host_down`` in one script, a request of it that fails
+meanwhile is given up at once (meta ``host_down``), and the frontier's
+commit dead-letters its new requests instead of queueing them. A response
+ends the verdict. So a server that stays down costs a bounded total: about
+``HOST_DOWN_AFTER`` of parked, spaced attempts, then one probe per
+``HOST_DOWN_TTL``.
 
 The curve is StormCrawler's: the first 429/503 of a host sets its back-off to
 60 s, each further one within the back-off window doubles it (with ±10%
@@ -35,6 +49,8 @@ from extensions.hosts import HostDown, HostRecords, HostUnresolvable, host_key
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Request, Response
+
+    from extensions.dlq import DeadLetters
 
 logger = logging.getLogger(__name__)
 
@@ -124,11 +140,14 @@ class BackoffMiddleware:
         self.threshold = s.getint("BREAKER_THRESHOLD")
         self.cooldown_ms = round(s.getfloat("BREAKER_COOLDOWN") * 1000)
         self.max_cooldown_ms = round(s.getfloat("BREAKER_MAX_COOLDOWN") * 1000)
+        self.down_after_ms = round(s.getfloat("HOST_DOWN_AFTER") * 1000)
+        self.down_ttl_ms = round(s.getfloat("HOST_DOWN_TTL") * 1000)
         if self.initial_ms <= 0 or self.max_ms < self.initial_ms or self.threshold < 1:
             raise NotConfigured(
                 "BACKOFF_INITIAL must be > 0 and <= BACKOFF_MAX, BREAKER_THRESHOLD >= 1"
             )
         self._records: HostRecords | None = None
+        self._dead_letters: DeadLetters | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -139,8 +158,26 @@ class BackoffMiddleware:
         if self._records is None:
             spider = self.crawler.spider
             prefix = spider.name if spider is not None else "web"
-            self._records = HostRecords(async_client(self.crawler), prefix)
+            self._records = HostRecords(
+                async_client(self.crawler),
+                prefix,
+                self.crawler.settings.getint("FRONTIER_PARTITIONS"),
+            )
         return self._records
+
+    @property
+    def dead_letters(self) -> DeadLetters:
+        if self._dead_letters is None:
+            # Imported here: extensions.dlq imports the failure policy, which
+            # imports this module.
+            from extensions.dlq import DeadLetters
+
+            spider = self.crawler.spider
+            prefix = spider.name if spider is not None else "web"
+            self._dead_letters = DeadLetters(
+                self.records.client, prefix, self.records.partitions
+            )
+        return self._dead_letters
 
     async def process_response(self, request: Request, response: Response) -> Response:
         stats = self.crawler.stats
@@ -194,8 +231,18 @@ class BackoffMiddleware:
 
     async def process_exception(self, request: Request, exception: Exception) -> None:
         if not isinstance(exception, CONNECTION_FAILURES) or isinstance(
-            exception, (HostUnresolvable, HostDown)
+            exception, HostUnresolvable
         ):
+            return
+        if isinstance(exception, HostDown):
+            # No connection was tried (the robots middleware found the
+            # robots.txt without one ROBOTS_DOWN_AFTER times, each counted):
+            # the breaker does not count it again, since its pages must reach
+            # the failure policy rather than wait behind doubling parks; but
+            # it is the host's run of failures going on, so the verdict is
+            # judged.
+            if self.down_after_ms:
+                await self._judge_down(request, host_key(request), exception)
             return
         stats = self.crawler.stats
         assert stats is not None
@@ -216,4 +263,33 @@ class BackoffMiddleware:
                 "Circuit breaker of %s opened after %d connection failures "
                 "(last: %s): its queue is parked",
                 hostkey, fails, type(exception).__name__,
+            )  # fmt: skip
+        if self.down_after_ms and fails >= self.threshold:
+            await self._judge_down(request, hostkey, exception)
+
+    async def _judge_down(
+        self, request: Request, hostkey: str, exception: Exception
+    ) -> None:
+        """Judge the host down if it has failed long enough (one script that
+        also dead-letters its waiting requests); while a verdict is in force,
+        mark ``request`` so that the failure policy gives it up."""
+        stats = self.crawler.stats
+        assert stats is not None
+        error = f"host down: {type(exception).__name__}: {exception}"
+        swept, down, made = await retry_redis(
+            lambda: self.dead_letters.host_down(
+                hostkey, self.down_after_ms, self.down_ttl_ms, error
+            ),
+            "the host-down verdict",
+        )
+        if not down:
+            return
+        request.meta[meta.HOST_DOWN] = True
+        if made:
+            stats.inc_value("backoff/host_down")
+            stats.inc_value("dlq/host_down", swept)
+            logger.warning(
+                "%s judged down (failing for HOST_DOWN_AFTER=%.0f s): %d waiting "
+                "requests dead-lettered, new ones go to the DLQ for %.0f s",
+                hostkey, self.down_after_ms / 1000, swept, self.down_ttl_ms / 1000,
             )  # fmt: skip

@@ -2,16 +2,25 @@
 
 Settings read: ``REDIS_URL`` (Scrapy setting, else the environment variable of
 that name, else the file ``REDIS_URL_FILE`` names; see
-:func:`extensions.config.setting_or_env`). No component starts a process: when
-``REDIS_URL`` is empty the webcrawl add-on has started the embedded Redis
-(:mod:`extensions.embedded_redis`) before the crawl; without the add-on an
-empty ``REDIS_URL`` is a :class:`~extensions.config.SettingsError`.
+:func:`extensions.config.setting_or_env`) and ``REDIS_CLUSTER``. No
+component starts a process: when ``REDIS_URL`` is empty the webcrawl add-on
+has started the embedded Redis (:mod:`extensions.embedded_redis`) before the
+crawl; without the add-on an empty ``REDIS_URL`` is a
+:class:`~extensions.config.SettingsError`.
 
 One asyncio client per crawler, shared by the scheduler, dupefilter, lock
 middleware and pipelines, so a worker keeps one small connection pool. The
 asyncio client never blocks the reactor (Scrapy's default reactor is the
 asyncio one). A synchronous client exists for code that runs in threads or
 outside a crawl (commands, tests, benchmarks).
+
+Redis Cluster: when ``REDIS_URL`` names any node of a cluster (the start-up
+check reads ``INFO cluster``: ``cluster_enabled:1``), or ``REDIS_CLUSTER`` is
+True, both clients are redis-py's cluster clients. They learn the slot map
+from that one node, route each command (a script by its first key) to the
+master of its slot, follow ``MOVED``/``ASK`` and refresh the map after a
+failover. Every script and transaction of webcrawl keeps its keys under one
+hash tag (:mod:`extensions.keys`), so each runs on one master.
 """
 
 from __future__ import annotations
@@ -21,18 +30,22 @@ import logging
 import re
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 import redis.asyncio as aredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.exceptions import (
     AuthenticationError,
     AuthorizationError,
     BusyLoadingError,
-    ClusterDownError,
+    ClusterError,
     NoPermissionError,
     ReadOnlyError,
+    ResponseError,
+    SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -43,7 +56,7 @@ from extensions.config import SettingsError, setting_or_env
 from extensions.redact import redact_url
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
@@ -56,15 +69,20 @@ _T = TypeVar("_T")
 # these: a programming error or a refused command must surface. Python's own
 # ConnectionError covers a reset, refused or aborted socket that escapes the
 # client unwrapped; other OSErrors (a missing file, a bad certificate) do not
-# heal by waiting. ReadOnlyError, TryAgainError and ClusterDownError come
+# heal by waiting. ReadOnlyError, TryAgainError and the cluster errors come
 # from a replica being promoted or a cluster resharding: they pass.
+# ClusterError covers CLUSTERDOWN (ClusterDownError, MasterDownError) and
+# redis-py's "too many redirections" while the slot map settles after a
+# failover; a slot no master serves (SlotNotCoveredError) heals when a
+# replica takes it over.
 TRANSIENT_REDIS_ERRORS: tuple[type[Exception], ...] = (
     RedisConnectionError,
     RedisTimeoutError,
     BusyLoadingError,
     ReadOnlyError,
     TryAgainError,
-    ClusterDownError,
+    ClusterError,
+    SlotNotCoveredError,
     ConnectionError,
 )
 
@@ -87,8 +105,15 @@ class RedisUnavailable(RuntimeError):
     """Redis cannot be used at start; the message is one line, password masked."""
 
 
-def check_redis(url: str, timeout: float = STARTUP_TIMEOUT) -> None:
-    """Ping the Redis at ``url`` once, no retries, ``timeout`` seconds per step.
+# REDIS_URLs found to name a cluster node (by check_redis or cluster_mode):
+# the asyncio client, built on the reactor thread, must not probe again.
+_CLUSTER_URLS: dict[str, bool] = {}
+
+
+def check_redis(url: str, timeout: float = STARTUP_TIMEOUT) -> bool:
+    """Ping the Redis at ``url`` once, no retries, ``timeout`` seconds per step;
+    return True when it is a node of a Redis Cluster (and remember it, so the
+    crawl's clients are cluster clients).
 
     Raises :class:`RedisUnavailable` saying what is wrong and where.
     Blocking: for the add-on, before the crawl starts.
@@ -112,6 +137,7 @@ def check_redis(url: str, timeout: float = STARTUP_TIMEOUT) -> None:
         ) from None
     try:
         client.ping()
+        cluster = _cluster_enabled(client)
     except FATAL_REDIS_ERRORS as exc:
         if not client.connection_pool.connection_kwargs.get("password"):
             raise RedisUnavailable(
@@ -127,8 +153,46 @@ def check_redis(url: str, timeout: float = STARTUP_TIMEOUT) -> None:
         ) from None
     except (RedisConnectionError, ConnectionError) as exc:
         raise RedisUnavailable(f"Redis at {where} is unreachable: {exc}") from None
+    except ResponseError as exc:
+        # The client's SELECT of a database other than 0 on a cluster node.
+        if "cluster mode" not in str(exc):
+            raise
+        raise RedisUnavailable(
+            f"Redis at {where} is a cluster node: a cluster has database 0 only, "
+            "and REDIS_URL names another"
+        ) from None
     finally:
         client.close()
+    _CLUSTER_URLS[url] = cluster
+    return cluster
+
+
+def _cluster_enabled(client: redis.Redis) -> bool:
+    """``INFO cluster`` says ``cluster_enabled:1`` (a user without the right
+    to INFO reads as no cluster: ``REDIS_CLUSTER=True`` then says it)."""
+    try:
+        info = client.info("cluster")
+    except NoPermissionError:
+        return False
+    return bool(int(info.get("cluster_enabled", 0)))
+
+
+def cluster_mode(settings: BaseSettings) -> bool:
+    """Whether the crawl's Redis is a cluster: ``REDIS_CLUSTER``, else what
+    the start-up check found, else one ``INFO cluster`` now (blocking: for
+    commands and threads, never the reactor)."""
+    if settings.getbool("REDIS_CLUSTER"):
+        return True
+    url = resolve_redis_url(settings)
+    if url not in _CLUSTER_URLS:
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=STARTUP_TIMEOUT, socket_timeout=STARTUP_TIMEOUT
+        )
+        try:
+            _CLUSTER_URLS[url] = _cluster_enabled(client)
+        finally:
+            client.close()
+    return _CLUSTER_URLS[url]
 
 
 _CLIENTS: weakref.WeakKeyDictionary[Crawler, aredis.Redis] = weakref.WeakKeyDictionary()
@@ -158,19 +222,83 @@ def resolve_redis_url(settings: BaseSettings) -> str:
 
 
 def sync_client(settings: BaseSettings) -> redis.Redis:
+    """A synchronous client (a cluster client when :func:`cluster_mode`).
+
+    Typed as :class:`redis.Redis`: redis-py's cluster client offers the same
+    commands, and routes the keyless ones (``TIME``, ``INFO``) to one node
+    and ``SCAN``, ``SCRIPT LOAD`` to every master."""
     url = resolve_redis_url(settings)
+    if cluster_mode(settings):
+        return cast("redis.Redis", RedisCluster.from_url(url, **_CLIENT_OPTIONS))
     return redis.Redis.from_url(url, **_CLIENT_OPTIONS)
+
+
+class _ClusterConnection(aredis.Connection):
+    """redis-py's asyncio connection, with one known bug turned back into the
+    error it stands for.
+
+    A write on a connection whose peer closed it (a master SIGKILLed, its
+    socket reset) raises ``AttributeError: 'NoneType' object has no attribute
+    'writelines'`` or a ``TypeError`` from the transport in redis-py 8.1
+    (redis/redis-py#4287) instead of a ``ConnectionError``: it bypasses the
+    cluster client's retries and slot-map refresh, and our handling of
+    transient errors, and a page was lost in the failover test. Only when the
+    connection is in fact gone does it become a ``ConnectionError``; any
+    other ``AttributeError`` or ``TypeError`` is a bug and surfaces.
+    """
+
+    async def send_packed_command(
+        self, command: bytes | str | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        try:
+            await super().send_packed_command(command, check_health)
+        except (AttributeError, TypeError) as exc:
+            writer = self._writer
+            if writer is not None and not writer.transport.is_closing():
+                raise
+            await self.disconnect(nowait=True)
+            raise RedisConnectionError(
+                f"connection to {self.host}:{self.port} closed under a write"
+            ) from exc
+
+
+def _cluster_client(url: str) -> AsyncRedisCluster:
+    client = AsyncRedisCluster.from_url(url, **_CLIENT_OPTIONS)
+    # The cluster client takes no connection class: set it where its node
+    # manager builds every node's connections (one dict, shared), and on the
+    # nodes already built from the URL.
+    client.connection_kwargs["connection_class"] = _ClusterConnection
+    for node in client.nodes_manager.startup_nodes.values():
+        node.connection_class = _ClusterConnection
+    return client
+
+
+def new_async_client(settings: BaseSettings) -> aredis.Redis:
+    """A new asyncio client (a cluster client when ``REDIS_CLUSTER`` is set or
+    the start-up check found a cluster). Never probes: safe on the reactor."""
+    url = resolve_redis_url(settings)
+    if settings.getbool("REDIS_CLUSTER") or _CLUSTER_URLS.get(url):
+        logger.info("Connecting to the Redis Cluster at %s", redact_url(url))
+        return cast("aredis.Redis", _cluster_client(url))
+    logger.info("Connecting to Redis at %s", redact_url(url))
+    return aredis.Redis.from_url(url, **_CLIENT_OPTIONS)
 
 
 def async_client(crawler: Crawler) -> aredis.Redis:
     """The crawler's shared asyncio Redis client (created on first use)."""
     client = _CLIENTS.get(crawler)
     if client is None:
-        url = resolve_redis_url(crawler.settings)
-        logger.info("Connecting to Redis at %s", redact_url(url))
-        client = aredis.Redis.from_url(url, **_CLIENT_OPTIONS)
-        _CLIENTS[crawler] = client
+        client = _CLIENTS[crawler] = new_async_client(crawler.settings)
     return client
+
+
+async def info_per_master(client: aredis.Redis, section: str) -> list[dict[str, Any]]:
+    """``INFO section`` of every master: one on a plain Redis; on a cluster,
+    one per master (``INFO`` alone goes to one node of a cluster)."""
+    if isinstance(client, AsyncRedisCluster):
+        replies = await client.info(section, target_nodes=AsyncRedisCluster.PRIMARIES)
+        return list(replies.values())
+    return [await client.info(section)]
 
 
 class _Outage:

@@ -29,12 +29,16 @@ WEBCRAWL_HOME = ".webcrawl"
 REDIS_RETRY_INITIAL: Annotated[float, Range(above=0)] = 0.5
 # Cap of the wait between tries while Redis is unreachable.
 REDIS_RETRY_MAX: Annotated[float, Range(above=0)] = 30.0
+# REDIS_URL names a node of a Redis Cluster (False: detected at start-up from INFO cluster).
+REDIS_CLUSTER = False
 
 # --- Frontier (extensions.scheduler, extensions.frontier) ----------------------
 # Requests leased per round trip to Redis.
 FRONTIER_BATCH_SIZE: Annotated[int, Range(1, 100_000)] = 32
 # Keep this many leased requests in the worker's local buffer (0: 2 x CONCURRENT_REQUESTS).
 FRONTIER_BUFFER_SIZE: Annotated[int, Range(0)] = 0
+# Frontier partitions, each under its own hash tag (a Redis Cluster spreads them); hosts map by hash.
+FRONTIER_PARTITIONS: Annotated[int, Range(1, 256)] = 1
 # Seconds a lease lives without renewal before another worker may take it back.
 FRONTIER_LEASE_TIMEOUT: Annotated[float, Range(above=0)] = 120.0
 # Seconds between renewals of this worker's leases (and reclaim of expired ones).
@@ -55,7 +59,7 @@ FRONTIER_SPILL_STORE = ""
 FRONTIER_SPILL_BATCH: Annotated[int, Range(1, 100_000)] = 500
 
 # --- Continuous crawling (extensions.recrawl) ---------------------------------
-# Revisit every stored page: a next-visit time per page, conditional GET, adaptive interval.
+# Revisit every stored page: a next-visit time per page, conditional GET, a revisit policy.
 RECRAWL_ENABLED = False
 # Shortest revisit interval of a page, seconds.
 RECRAWL_MIN_INTERVAL: Annotated[float, Range(above=0)] = 3600.0
@@ -63,8 +67,14 @@ RECRAWL_MIN_INTERVAL: Annotated[float, Range(above=0)] = 3600.0
 RECRAWL_DEFAULT_INTERVAL: Annotated[float, Range(above=0)] = 86400.0
 # Longest revisit interval of a page, seconds.
 RECRAWL_MAX_INTERVAL: Annotated[float, Range(above=0)] = 2_592_000.0
+# Budgeted policy's price of a fetch, seconds: pages estimated to change more often are not chased.
+RECRAWL_GIVE_UP_INTERVAL: Annotated[float, Range(above=0)] = 7200.0
 # Dotted path of the policy function(visit, bounds) -> next interval in seconds.
-RECRAWL_POLICY = "extensions.recrawl.adaptive_interval"
+RECRAWL_POLICY = "extensions.recrawl.budgeted_interval"
+# Class path of a store for next visits beyond RECRAWL_WINDOW (empty: the whole schedule in Redis).
+RECRAWL_SCHEDULE_STORE = ""
+# Seconds ahead whose revisits are kept in Redis when RECRAWL_SCHEDULE_STORE is set.
+RECRAWL_WINDOW: Annotated[float, Range(above=0)] = 3600.0
 # Due revisits claimed per poll of the schedule.
 RECRAWL_BATCH_SIZE: Annotated[int, Range(1, 100_000)] = 100
 # Seconds between polls of the schedule for due revisits.
@@ -119,6 +129,12 @@ BREAKER_THRESHOLD: Annotated[int, Range(1)] = 5
 BREAKER_COOLDOWN: Annotated[float, Range(above=0)] = 300.0
 # Cap in seconds of a breaker's cool-down.
 BREAKER_MAX_COOLDOWN: Annotated[float, Range(above=0)] = 86400.0
+# Seconds a host may fail every connection (at least BREAKER_THRESHOLD
+# failures, no response) before it is judged down: its waiting requests are
+# dead-lettered as host_down (0: never).
+HOST_DOWN_AFTER: Annotated[float, Range(0)] = 900.0
+# Seconds a host-down verdict lasts: its new requests go straight to the DLQ.
+HOST_DOWN_TTL: Annotated[float, Range(above=0)] = 3600.0
 
 # --- Failure policy (extensions.failures, extensions.dlq) ----------------------
 # Retry failures by the README's failure table, in Redis (replaces Scrapy's RetryMiddleware).

@@ -1,6 +1,7 @@
 """The dead-letter queue: every URL whose story ended in a terminal failure.
 
-Keys (see :mod:`extensions.keys`): ``web:{web}:dlq``, a HASH of URL -> JSON
+Keys (see :mod:`extensions.keys`; one pair per frontier partition, a letter
+in its host's): ``web:{web}:dlq``, a HASH of URL -> JSON
 entry, and ``web:{web}:dlq:reasons``, a HASH of reason class -> count kept
 in step by the scripts below (the status command reads sizes by reason
 without a scan). An entry holds::
@@ -24,9 +25,9 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from extensions import meta
 from extensions.failures import FAILURE_META
-from extensions.frontier import Frontier, QueuedRequest
-from extensions.hosts import host_key, hostname_of
+from extensions.hosts import LUA_RECORD, host_key, host_partition, hostname_of
 from extensions.keys import FrontierKeys
 from extensions.scripts import LUA_NOW_MS, script
 from extensions.serialization import request_to_bytes
@@ -48,44 +49,125 @@ _ATTEMPT_META = (
     "politeness_deferrals",
     "politeness_deferred",
     "politeness_lock",
+    meta.HOST_DOWN,
+)
+
+# The Lua helpers of every script that writes dead letters (this module's
+# scripts, the frontier's commit and the host-down sweep below):
+# ``dlq_put`` stores or replaces one entry (a table, the fields of
+# :class:`DeadLetter`) and keeps the per-reason counts in step; its
+# ``last_failure`` is set from the Redis clock (seconds), and
+# ``first_failure`` too when the entry has none. Returns 1 if the URL was new.
+# ``dlq_member`` dead-letters a request as the frontier queues it (``member``:
+# its serialization, the URL on the first line) with no failure record.
+LUA_DLQ = (
+    LUA_NOW_MS
+    + """
+local function dlq_put(dlq, reasons, url, entry)
+  local now = now_ms() / 1000
+  entry['last_failure'] = now
+  if entry['first_failure'] == nil or entry['first_failure'] == cjson.null then
+    entry['first_failure'] = now
+  end
+  local old = redis.call('HGET', dlq, url)
+  if old then
+    local ok, prev = pcall(cjson.decode, old)
+    local reason = ok and type(prev) == 'table' and prev['reason']
+    if type(reason) == 'string' and redis.call('HINCRBY', reasons, reason, -1) <= 0 then
+      redis.call('HDEL', reasons, reason)
+    end
+  end
+  redis.call('HSET', dlq, url, cjson.encode(entry))
+  redis.call('HINCRBY', reasons, entry['reason'], 1)
+  if old then return 0 end
+  return 1
+end
+local function dlq_member(dlq, reasons, host, prio, member, reason, err)
+  local url = string.match(member, '^[^\\n]*')
+  dlq_put(dlq, reasons, url, {url = url, host = host, reason = reason,
+    request = member, priority = prio, status = cjson.null, error = err,
+    attempts = 0, first_failure = cjson.null})
+  return 1
+end
+"""
 )
 
 # add: store or replace one entry and keep the per-reason counts in step.
 # KEYS[1] dlq HASH, KEYS[2] reasons HASH
-# ARGV[1] URL, ARGV[2] reason, ARGV[3] entry JSON
-# The entry's ``last_failure`` is set from the Redis clock (seconds), and
-# ``first_failure`` too when the entry has none. Returns 1 if the URL was new.
+# ARGV[1] URL, ARGV[2] reason (the entry's), ARGV[3] entry JSON
+# Returns 1 if the URL was new (see dlq_put).
 ADD_LUA = (
-    LUA_NOW_MS
+    LUA_DLQ
     + """
-local now = now_ms() / 1000
-local entry = cjson.decode(ARGV[3])
-entry['last_failure'] = now
-if entry['first_failure'] == nil or entry['first_failure'] == cjson.null then
-  entry['first_failure'] = now
+return dlq_put(KEYS[1], KEYS[2], ARGV[1], cjson.decode(ARGV[3]))
+"""
+)
+
+# host down: the verdict on a host that has been failing (no response at all)
+# for ``HOST_DOWN_AFTER``, and the sweep of its waiting requests into the
+# dead-letter queue, in one step. Single-slot: every key is the frontier's
+# (one host's queue and record, and the frontier's ready, delayed and DLQ).
+# KEYS[1] host record HASH, KEYS[2] host queue ZSET, KEYS[3] ready ZSET,
+# KEYS[4] delayed ZSET, KEYS[5] dlq HASH, KEYS[6] reasons HASH
+# ARGV[1] host key, ARGV[2] HOST_DOWN_AFTER ms, ARGV[3] HOST_DOWN_TTL ms,
+# ARGV[4] the error to record
+# When a verdict is in force (``down`` in the future): nothing to do. Else,
+# when the record's ``failing_since`` is at least ARGV[2] ms old: ``down`` =
+# now + ARGV[3], the host parked as long (nothing of it is leased), every
+# request of its queue and of the delayed ZSET dead-lettered as
+# ``host_down`` (the delayed ZSET is read whole: a verdict is rare, and it
+# holds retries only). Returns {requests dead-lettered, the verdict's end
+# in ms (0: none in force), 1 if this call made the verdict else 0}.
+HOST_DOWN_LUA = (
+    LUA_DLQ
+    + LUA_RECORD
+    + """
+local hkey, q, ready, delayed, dlq, reasons = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+                                              KEYS[5], KEYS[6]
+local host, err = ARGV[1], ARGV[4]
+local now = now_ms()
+local rec = host_record(hkey)
+if rec.down > now then return {0, rec.down, 0} end
+local since = rec.failing_since
+if since == 0 or now - since < tonumber(ARGV[2]) then return {0, 0, 0} end
+local down = now + tonumber(ARGV[3])
+redis.call('HSET', hkey, 'down', down)
+park_until(hkey, rec, down)
+local n = 0
+local queued = redis.call('ZRANGE', q, 0, -1, 'WITHSCORES')
+for i = 1, #queued, 2 do
+  -- The frontier's score: (32768 - priority) * 2^36 + seq.
+  local prio = 32768 - math.floor(tonumber(queued[i + 1]) / 68719476736)
+  n = n + dlq_member(dlq, reasons, host, prio, queued[i], 'host_down', err)
 end
-local old = redis.call('HGET', KEYS[1], ARGV[1])
-if old then
-  local reason = cjson.decode(old)['reason']
-  if redis.call('HINCRBY', KEYS[2], reason, -1) <= 0 then
-    redis.call('HDEL', KEYS[2], reason)
+redis.call('DEL', q)
+redis.call('ZREM', ready, host)
+local head = host .. '\\n'
+for _, entry in ipairs(redis.call('ZRANGE', delayed, 0, -1)) do
+  if string.sub(entry, 1, #head) == head then
+    local prio, member = string.match(entry, '^[^\\n]+\\n([^\\n]*)\\n(.*)$')
+    if member then
+      n = n + dlq_member(dlq, reasons, host, tonumber(prio) or 0, member,
+                         'host_down', err)
+    end
+    redis.call('ZREM', delayed, entry)
   end
 end
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(entry))
-redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
-if old then return 0 end
-return 1
+return {n, down, 1}
 """
 )
 
 # remove: delete entries and keep the per-reason counts in step.
-# KEYS[1] dlq HASH, KEYS[2] reasons HASH; ARGV: the URLs.
+# KEYS[1] dlq HASH, KEYS[2] reasons HASH; ARGV: pairs of a URL and the entry
+# expected ('': any): an entry that changed meanwhile (the URL failed again,
+# or a requeue put it straight back) is kept.
 # Returns the number of entries deleted.
 REMOVE_LUA = """
 local n = 0
-for _, url in ipairs(ARGV) do
+for i = 1, #ARGV, 2 do
+  local url, expected = ARGV[i], ARGV[i + 1]
   local old = redis.call('HGET', KEYS[1], url)
-  if old then
+  if old and (expected == '' or old == expected) then
     local reason = cjson.decode(old)['reason']
     if redis.call('HINCRBY', KEYS[2], reason, -1) <= 0 then
       redis.call('HDEL', KEYS[2], reason)
@@ -163,76 +245,134 @@ def matches(entry: dict[str, Any], reason: str | None, host: str | None) -> bool
 
 
 class DeadLetters:
-    """Asynchronous access to one crawl's dead-letter queue."""
+    """Asynchronous access to one crawl's dead-letter queue.
 
-    def __init__(self, client: aredis.Redis, prefix: str) -> None:
+    With several frontier partitions each partition has its own queue (the
+    frontier's commit and the host-down sweep write dead letters in the
+    script that reads the host's queue and record: one slot); a letter goes
+    to its host's partition, and the reads here cover every partition.
+    """
+
+    def __init__(self, client: aredis.Redis, prefix: str, partitions: int = 1) -> None:
         self.client = client
-        self.keys = FrontierKeys(prefix)
         self.prefix = prefix
+        self.partitions = partitions
+        self.parts = [FrontierKeys(prefix, p, partitions) for p in range(partitions)]
+        self.keys = self.parts[0]
+
+    def _keys(self, hostkey: str) -> FrontierKeys:
+        return self.parts[host_partition(hostkey, self.partitions)]
 
     async def add(self, letters: Iterable[DeadLetter]) -> int:
         """Store ``letters``; return how many URLs were new to the queue."""
         new = 0
         for letter in letters:
+            k = self._keys(letter.host)
             new += int(
                 await script(self.client, ADD_LUA)(
-                    keys=[self.keys.dlq, self.keys.dlq_reasons],
+                    keys=[k.dlq, k.dlq_reasons],
                     args=[letter.url, letter.reason, letter.to_json()],
                 )
             )
         return new
 
-    async def sizes(self) -> dict[str, int]:
-        """Dead letters per reason class (one HGETALL: cheap enough for a
-        status poll)."""
-        raw = cast(
-            "dict[bytes, bytes]", await self.client.hgetall(self.keys.dlq_reasons)
+    async def host_down(
+        self, hostkey: str, after_ms: int, ttl_ms: int, error: str
+    ) -> tuple[int, int, bool]:
+        """Judge ``hostkey`` down if it has been failing for ``after_ms``,
+        and then dead-letter its waiting requests (:data:`HOST_DOWN_LUA`):
+        ``(requests dead-lettered, end of the verdict in force in epoch ms
+        of the Redis clock or 0 when none, whether this call made it)``."""
+        k = self._keys(hostkey)
+        n, down, made = await script(self.client, HOST_DOWN_LUA)(
+            keys=[
+                k.host(hostkey),
+                k.queue(hostkey),
+                k.ready,
+                k.delayed,
+                k.dlq,
+                k.dlq_reasons,
+            ],
+            args=[hostkey, int(after_ms), int(ttl_ms), error[:500]],
         )
-        return {k.decode(): int(v) for k, v in sorted(raw.items()) if int(v) > 0}
+        return int(n), int(down), bool(made)
+
+    async def sizes(self) -> dict[str, int]:
+        """Dead letters per reason class (one HGETALL per partition: cheap
+        enough for a status poll)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for k in self.parts:
+                pipe.hgetall(k.dlq_reasons)
+            replies = cast("list[dict[bytes, bytes]]", await pipe.execute())
+        total: dict[str, int] = {}
+        for raw in replies:
+            for reason, n in raw.items():
+                total[reason.decode()] = total.get(reason.decode(), 0) + int(n)
+        return {r: n for r, n in sorted(total.items()) if n > 0}
 
     async def entries(
         self, reason: str | None = None, host: str | None = None
     ) -> list[dict[str, Any]]:
         """The entries matching the filters, oldest last failure first."""
+        return [entry for _p, _blob, entry in await self._matching(reason, host)]
+
+    async def _matching(
+        self, reason: str | None, host: str | None
+    ) -> list[tuple[int, bytes, dict[str, Any]]]:
+        """:meth:`entries`, each with its partition and its stored JSON."""
         found = []
-        async for _url, blob in self.client.hscan_iter(self.keys.dlq, count=1000):
-            entry = json.loads(blob)
-            if matches(entry, reason, host):
-                found.append(entry)
-        found.sort(key=lambda e: (e.get("last_failure") or 0, e["url"]))
+        for p, k in enumerate(self.parts):
+            async for _url, blob in self.client.hscan_iter(k.dlq, count=1000):
+                entry = json.loads(blob)
+                if matches(entry, reason, host):
+                    found.append((p, blob, entry))
+        found.sort(key=lambda t: (t[2].get("last_failure") or 0, t[2]["url"]))
         return found
 
     async def purge(self, reason: str | None = None, host: str | None = None) -> int:
-        urls = [e["url"] for e in await self.entries(reason, host)]
-        return await self._delete(urls)
+        found = await self._matching(reason, host)
+        return await self._delete([(p, e["url"], b"") for p, _blob, e in found])
 
     async def requeue(self, reason: str | None = None, host: str | None = None) -> int:
         """Put the matching requests back in the frontier, exactly as first
         queued and past the dupefilter (which has seen them), then delete
         their entries. Queued before deleted: a stop in between leaves a URL
-        both queued and dead-lettered, never neither."""
-        entries = await self.entries(reason, host)
-        frontier = Frontier(self.client, self.prefix)
+        both queued and dead-lettered, never neither. An entry the commit
+        wrote again (a host judged down dead-letters its requests) is kept:
+        it is not counted as re-queued."""
+        # The frontier imports this module's Lua helpers (its commit
+        # dead-letters the requests of a host that is down): import it here.
+        from extensions.frontier import PartitionedFrontier, QueuedRequest
+
+        found = await self._matching(reason, host)
+        frontier = PartitionedFrontier(self.client, self.prefix, self.partitions)
         done = 0
-        for i in range(0, len(entries), 500):
-            chunk = entries[i : i + 500]
+        for i in range(0, len(found), 500):
+            chunk = found[i : i + 500]
             await frontier.commit(
                 [
                     QueuedRequest(
                         e["host"], int(e.get("priority") or 0), e["request"].encode()
                     )
-                    for e in chunk
+                    for _p, _blob, e in chunk
                 ]
             )
-            done += await self._delete([e["url"] for e in chunk])
+            done += await self._delete([(p, e["url"], blob) for p, blob, e in chunk])
         return done
 
-    async def _delete(self, urls: list[str]) -> int:
+    async def _delete(self, entries: list[tuple[int, str, bytes]]) -> int:
+        """Delete ``(partition, url, expected entry)`` triples (see
+        :data:`REMOVE_LUA`)."""
+        by_part: dict[int, list[str | bytes]] = {}
+        for p, url, expected in entries:
+            by_part.setdefault(p, []).extend((url, expected))
         n = 0
-        for i in range(0, len(urls), 500):
-            n += int(
-                await script(self.client, REMOVE_LUA)(
-                    keys=[self.keys.dlq, self.keys.dlq_reasons], args=urls[i : i + 500]
+        for p, args in sorted(by_part.items()):
+            k = self.parts[p]
+            for i in range(0, len(args), 1000):
+                n += int(
+                    await script(self.client, REMOVE_LUA)(
+                        keys=[k.dlq, k.dlq_reasons], args=args[i : i + 1000]
+                    )
                 )
-            )
         return n

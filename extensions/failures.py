@@ -26,9 +26,11 @@ budget is spent.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import random
 import time
+import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
@@ -40,12 +42,14 @@ from scrapy.exceptions import (
     DownloadTimeoutError,
     IgnoreRequest,
     NotConfigured,
+    ResponseDataLossError,
 )
 from twisted.internet import error as twisted_error
 from twisted.web.client import ResponseFailed
 
 from extensions import config, defaults
 from extensions.backoff import parse_retry_after
+from extensions.meta import HOST_DOWN as HOST_DOWN_META
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -90,8 +94,13 @@ POLICIES: dict[str, Policy] = {
     # (RETRY_THROTTLED_TIME_BUDGET); the delay is the server's, capped.
     "retry_after": Policy(True, 0, 0.0, 0.0, 21600.0, "429 / 503 with Retry-After"),
     "too_large": Policy(False, note="over DOWNLOAD_MAXSIZE or the decompression limit"),
-    "unparseable": Policy(False, note="response the spider cannot parse"),
+    "unparseable": Policy(
+        False, note="a body that does not decode, or the spider fails on it"
+    ),
     "redirect_loop": Policy(False, note="redirect or meta refresh back into its chain"),
+    # A failure of a host judged down (HOST_DOWN_AFTER): the host's breaker
+    # has failed long enough, so this request is not retried.
+    "host_down": Policy(False, note="every connection failing for HOST_DOWN_AFTER"),
     "too_many_redirects": Policy(False, note="more than REDIRECT_MAX_TIMES redirects"),
 }  # fmt: skip
 
@@ -111,10 +120,31 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     twisted_error.ConnectionDone,
     twisted_error.TimeoutError,
     ResponseFailed,
+    # A body shorter than its Content-Length (the connection closed
+    # mid-body): Scrapy's RetryMiddleware retries it too.
+    ResponseDataLossError,
 )
 THROTTLE_CODES = frozenset({429, 503})
 # Statuses that are retried as connection trouble (Scrapy retries them too).
 TIMEOUT_CODES = frozenset({408})
+
+
+def _brotli_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from brotli import error as BrotliError
+    except ImportError:  # brotli is optional for Scrapy
+        return ()
+    return (BrotliError,)
+
+
+# A body whose Content-Encoding does not decode (a corrupt gzip, deflate or
+# brotli stream: Scrapy's HttpCompressionMiddleware raises these): the
+# response is unparseable, and fetching it again gives the same bytes.
+DECODE_ERRORS: tuple[type[BaseException], ...] = (
+    zlib.error,
+    gzip.BadGzipFile,
+    *_brotli_errors(),
+)
 
 
 def _tls_errors() -> tuple[type[BaseException], ...]:
@@ -126,6 +156,15 @@ def _tls_errors() -> tuple[type[BaseException], ...]:
 
 
 TLS_ERRORS = _tls_errors()
+# Everything a download may fail with that is not a bug: what a caller that
+# fetches on its own (the robots.txt middleware) catches, and nothing else.
+DOWNLOAD_ERRORS: tuple[type[BaseException], ...] = (
+    *DNS_ERRORS,
+    *CONNECTION_ERRORS,
+    *TLS_ERRORS,
+    *DECODE_ERRORS,
+    DownloadCancelledError,
+)
 
 
 def classify_exception(exc: BaseException) -> str | None:
@@ -145,6 +184,8 @@ def classify_exception(exc: BaseException) -> str | None:
     True
     >>> classify_exception(IgnoreRequest("max redirections reached"))
     'too_many_redirects'
+    >>> classify_exception(zlib.error("invalid code lengths set"))
+    'unparseable'
     """
     reason = getattr(exc, "failure_reason", None)
     if reason is None and isinstance(exc, IgnoreRequest):
@@ -172,6 +213,8 @@ def classify_exception(exc: BaseException) -> str | None:
         return "tls"
     if isinstance(exc, CONNECTION_ERRORS):
         return "connection"
+    if isinstance(exc, DECODE_ERRORS):
+        return "unparseable"
     return None
 
 
@@ -345,6 +388,8 @@ class FailurePolicyMiddleware:
         self, request: Request, exception: Exception
     ) -> Request | None:
         reason = classify_exception(exception)
+        if reason is not None and request.meta.get(HOST_DOWN_META):
+            reason = "host_down"  # set by the back-off middleware (560)
         if reason is None or request.meta.get("dont_retry"):
             # dont_retry (robots.txt fetches, a spider's own choice): no
             # policy; the errback still classifies a final failure.

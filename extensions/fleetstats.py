@@ -2,9 +2,10 @@
 
 Settings read (defaults in :mod:`extensions.defaults`): ``STATS_FOLD_INTERVAL``,
 ``STATS_LOG_FLEET``, ``FRONTIER_LEASE_TIMEOUT`` (a worker silent that long
-is dead; its record lives as long) and Scrapy's ``LOGSTATS_INTERVAL`` (how
-often the fleet line is logged). A metrics exporter that serves this worker's
-metrics sets the stat ``metrics/port``; the beat then carries it.
+is dead; its record lives as long), ``FRONTIER_PARTITIONS`` and Scrapy's
+``LOGSTATS_INTERVAL`` (how often the fleet line is logged). A metrics
+exporter that serves this worker's metrics sets the stat ``metrics/port``; the
+beat then carries it.
 
 Each worker, every ``STATS_FOLD_INTERVAL`` seconds, takes the change of a few of
 its Scrapy stats since the last fold (pages fetched, stored, responses by
@@ -45,7 +46,7 @@ from scrapy.exceptions import NotConfigured
 
 from extensions import config, defaults
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
-from extensions.frontier import Frontier
+from extensions.frontier import PartitionedFrontier
 from extensions.keys import StatsKeys
 from extensions.scheduler import worker_id
 from extensions.scripts import LUA_NOW_MS, script, server_now_ms
@@ -187,7 +188,10 @@ def _decode(raw: dict[bytes, bytes]) -> dict[str, str]:
 
 
 async def fleet_view(
-    client: aredis.Redis, prefix: str, alive_ms: int, frontier: Frontier | None = None
+    client: aredis.Redis,
+    prefix: str,
+    alive_ms: int,
+    frontier: PartitionedFrontier | None = None,
 ) -> FleetView:
     """Read the fleet totals, the minute buckets and the live workers.
 
@@ -195,9 +199,9 @@ async def fleet_view(
     younger than ``alive_ms``; its record here adds what it folded.
     """
     keys = StatsKeys(prefix)
-    frontier = frontier or Frontier(client, prefix)
+    frontier = frontier or PartitionedFrontier(client, prefix)
     beats = await frontier.workers()
-    now = await server_now_ms(client)
+    now = await server_now_ms(client, frontier.keys.workers)
     minute = now // 60000
     minutes = list(range(minute - BUCKETS + 1, minute + 1))
     live = sorted(w for w, beat in beats.items() if now - beat < alive_ms)
@@ -279,7 +283,11 @@ class FleetStats:
         self.worker = getattr(self._scheduler(), "worker", None) or worker_id()
         self._client = async_client(self.crawler)
         self._keys = StatsKeys(self.prefix)
-        self._frontier = Frontier(self._client, self.prefix)
+        self._frontier = PartitionedFrontier(
+            self._client,
+            self.prefix,
+            self.crawler.settings.getint("FRONTIER_PARTITIONS", 1),
+        )
         now = time.monotonic()
         self._samples.append((now, 0))
         self._next_log = now + self.log_interval
@@ -364,7 +372,10 @@ class FleetStats:
         # in the neighbouring bucket by the round trip's few milliseconds.
         assert self._client is not None
         if self._clock is None:
-            self._clock = (await server_now_ms(self._client), now)
+            self._clock = (
+                await server_now_ms(self._client, self._keys.fleet),
+                now,
+            )
         redis_ms, at = self._clock
         minute = int(redis_ms + (now - at) * 1000) // 60000
         keys = [

@@ -34,15 +34,25 @@ queues. A worker that dies after scheduling a retry loses nothing.
 Every multi-key step is one Lua script; times come from Redis ``TIME``, never
 from worker clocks. The scripts build per-host key names from the hash-tagged
 prefix, so on a Redis Cluster they stay in the ``{prefix}`` slot.
+
+A :class:`Frontier` is one partition; :class:`PartitionedFrontier` splits a
+crawl into ``FRONTIER_PARTITIONS`` of them, each under its own hash tag
+(:func:`extensions.keys.partition_tag`), and routes by host and by lease.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from extensions.hosts import LUA_RECORD
+import mmh3
+
+from extensions.dlq import LUA_DLQ
+from extensions.hosts import LUA_RECORD, host_partition
 from extensions.keys import FrontierKeys, crawl_patterns
 from extensions.scripts import script, server_now_ms
 
@@ -209,9 +219,12 @@ end
 # commit: push new requests and acknowledge finished leases, atomically, so a
 # redirect or retry hands its parent's lease over to the child with no window
 # in which neither is in Redis; and drop the batch's write-ahead entry.
+# A request of a host judged down (its record's ``down`` in the future, see
+# extensions.dlq.HOST_DOWN_LUA) is dead-lettered as ``host_down`` instead.
 # KEYS[1] ready ZSET, KEYS[2] seq counter, KEYS[3] leases ZSET,
 # KEYS[4] lease data HASH, KEYS[5] the worker's write-ahead HASH,
-# KEYS[6] poison LIST, KEYS[7] delayed ZSET, KEYS[8] refill SET
+# KEYS[6] poison LIST, KEYS[7] delayed ZSET, KEYS[8] dlq HASH,
+# KEYS[9] dlq reasons HASH, KEYS[10] refill SET
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix,
 # ARGV[3] number of requests n, ARGV[4] write-ahead entry id ('' for none),
 # ARGV[5] most requests queued per host (0: no cap, nothing spilled),
@@ -221,20 +234,23 @@ end
 # Requests refused by the cap are returned for the spill store; the
 # write-ahead entry then stays, holding them (with their scores) until the
 # worker confirms them written (SPILLED_LUA), so a worker that dies first
-# loses none: recovery queues them again.
+# loses none: recovery queues them again. A down host's requests go to the
+# DLQ, never to the spill.
 # Returns {requests added or spilled, leases acknowledged,
+#          requests dead-lettered,
 #          then (host, score, member, priority) per refused request}.
 COMMIT_LUA = (
     _LUA_SCHEDULE_HOST
+    + LUA_DLQ
     + """
 local ready, seq, leases, ldata = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 pkey = KEYS[6]
 local qprefix, hprefix = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[3])
 local now = now_ms()
-local added = 0
+local added, dead = 0, 0
 if tonumber(ARGV[5]) > 0 then
-  spill = {cap = tonumber(ARGV[5]), low = tonumber(ARGV[6]), refill = KEYS[8],
+  spill = {cap = tonumber(ARGV[5]), low = tonumber(ARGV[6]), refill = KEYS[10],
            out = {}}
 end
 for i = 0, n - 1 do
@@ -242,15 +258,21 @@ for i = 0, n - 1 do
   local prio = tonumber(ARGV[8 + i * 4])
   local member = ARGV[9 + i * 4]
   local delay = tonumber(ARGV[10 + i * 4])
-  added = added + queue_or_delay(KEYS[7], ready, qprefix, hprefix, host, prio,
-                                 member, delay, seq, now)
+  local down = tonumber(on_key('HGET', hprefix .. host, 'down') or '0') or 0
+  if down > now then
+    dead = dead + dlq_member(KEYS[8], KEYS[9], host, prio, member, 'host_down',
+                             'host down (HOST_DOWN_AFTER): not queued')
+  else
+    added = added + queue_or_delay(KEYS[7], ready, qprefix, hprefix, host, prio,
+                                   member, delay, seq, now)
+  end
 end
 local acked = 0
 for i = 7 + n * 4, #ARGV do
   acked = acked + redis.call('ZREM', leases, ARGV[i])
   redis.call('HDEL', ldata, ARGV[i])
 end
-local res = {added, acked}
+local res = {added, acked, dead}
 local out = spill and spill.out or {}
 if ARGV[4] ~= '' then
   if #out > 0 then
@@ -565,10 +587,15 @@ class Frontier:
     """
 
     def __init__(
-        self, client: aredis.Redis, prefix: str, worker: Worker | None = None
+        self,
+        client: aredis.Redis,
+        prefix: str,
+        worker: Worker | None = None,
+        partition: int = 0,
+        partitions: int = 1,
     ) -> None:
         self.client = client
-        self.keys = FrontierKeys(prefix)
+        self.keys = FrontierKeys(prefix, partition, partitions)
         self._worker = worker
 
     @property
@@ -627,13 +654,17 @@ class Frontier:
                 k.wal(worker),
                 k.poison,
                 k.delayed,
+                k.dlq,
+                k.dlq_reasons,
                 k.refill,
             ],
             args=args,
         )
+        # Requests of a host judged down went to the DLQ (res[2]; its
+        # per-reason counts say how many), never to the spill.
         refused = [
             Spilled(res[i].decode(), int(res[i + 1]), res[i + 2], int(res[i + 3]))
-            for i in range(2, len(res), 4)
+            for i in range(3, len(res), 4)
         ]
         return int(res[0]), int(res[1]), refused
 
@@ -738,7 +769,9 @@ class Frontier:
         queued again; this worker's later acknowledgement of it is a no-op)."""
         if not lease_ids:
             return 0
-        deadline = await server_now_ms(self.client) + self.worker.lease_ms
+        deadline = (
+            await server_now_ms(self.client, self.keys.leases) + self.worker.lease_ms
+        )
         changed = await self.client.zadd(
             self.keys.leases, dict.fromkeys(lease_ids, deadline), xx=True, ch=True
         )
@@ -748,7 +781,7 @@ class Frontier:
         """Record this worker's heartbeat (Redis clock) in the registry. A
         worker beats before it writes ahead, or its batches would never be
         recovered."""
-        now = await server_now_ms(self.client)
+        now = await server_now_ms(self.client, self.keys.workers)
         await self.client.zadd(self.keys.workers, {self.worker.id: now})
 
     async def retire(self) -> None:
@@ -777,7 +810,7 @@ class Frontier:
         """(hosts and retries due now, leases outstanding). A parked host,
         or a retry due later, is not due work: a finite crawl may close
         while they wait (they stay in Redis for the next run)."""
-        now = await server_now_ms(self.client)
+        now = await server_now_ms(self.client, self.keys.workers)
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.zcount(self.keys.ready, "-inf", now)
             pipe.zcount(self.keys.delayed, "-inf", now)
@@ -844,15 +877,15 @@ class Frontier:
         hosts a call: O(hosts), for monitoring only, never the hot path.
         """
         k = self.keys
+        # TIME on its own: a cluster pipeline refuses keyless commands.
+        now = await server_now_ms(self.client, k.leases)
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.time()
             pipe.zrange(k.ready, 0, -1, withscores=True)
             pipe.zcard(k.leases)
             pipe.zrange(k.leases, 0, 0, withscores=True)
             pipe.exists(k.paused)
             pipe.llen(k.poison)
-            (sec, usec), hosts, leased, first, paused, poison = await pipe.execute()
-        now = int(sec) * 1000 + int(usec) // 1000
+            hosts, leased, first, paused, poison = await pipe.execute()
         view = FrontierOverview(
             now_ms=now, leased=int(leased), paused=bool(paused), poisoned=int(poison)
         )
@@ -882,3 +915,421 @@ class Frontier:
             lease, deadline = first[0]
             view.next_lease_expiry = (lease.decode(), (int(deadline) - now) / 1000)
         return view
+
+
+# A lease id of partition p > 0 travels as "<id>@<p>" (request meta, items):
+# the partition's scripts keep their own ids ("<worker>:<seq>") untouched.
+LEASE_PARTITION_SEP = "@"
+# A partition whose last lease call found nothing due is not asked again for
+# the time it said, and at most this long (s): new work may arrive in it from
+# other workers' commits at any time (the scheduler's idle poll, too).
+PARTITION_RECHECK = 0.5
+
+
+def lease_token(partition: int, lease_id: str) -> str:
+    """The id a worker carries for a lease of ``partition``.
+
+    >>> lease_token(0, "w1:7"), lease_token(2, "w1:7")
+    ('w1:7', 'w1:7@2')
+    """
+    return lease_id if partition == 0 else f"{lease_id}{LEASE_PARTITION_SEP}{partition}"
+
+
+def split_lease(token: str) -> tuple[int, str]:
+    """(partition, the partition's lease id) of a :func:`lease_token`.
+
+    >>> split_lease("w1:7@2"), split_lease("w1:7"), split_lease("a@b:7")
+    ((2, 'w1:7'), (0, 'w1:7'), (0, 'a@b:7'))
+    """
+    lease_id, sep, partition = token.rpartition(LEASE_PARTITION_SEP)
+    if sep and partition.isdigit():
+        return int(partition), lease_id
+    return 0, token
+
+
+class PartitionMismatch(ValueError):
+    """A worker's ``FRONTIER_PARTITIONS`` is not the one its crawl's keys
+    were written with."""
+
+
+async def recorded_partitions(client: aredis.Redis, prefix: str) -> int | None:
+    """The partition count a crawl's first worker recorded (None: none yet)."""
+    value = await client.get(FrontierKeys(prefix).partitions)
+    return None if value is None else int(value)
+
+
+class PartitionedFrontier:
+    """The frontier of a crawl in ``partitions`` partitions (``FRONTIER_PARTITIONS``).
+
+    Each partition is one :class:`Frontier` under its own hash tag, its
+    scripts unchanged and within one slot; this class routes. A host belongs
+    to one partition (:func:`extensions.hosts.host_partition`), so a request
+    is queued, leased and retried in its host's partition; a lease is
+    acknowledged, renewed or handed back in the partition that leased it
+    (its id says which, :func:`lease_token`).
+
+    A commit whose requests and acknowledgements lie in one partition is one
+    script, as with one partition. Otherwise each partition's part (its
+    requests, its acknowledgements, its write-ahead entry) is one script, all
+    sent at once: a redirect whose child lies in another partition than its
+    parent's lease is then not atomic, but never lost. Should the worker stop
+    after the parent's lease ended and before the child was queued, the
+    child is still in its partition's write-ahead entry and a live worker
+    queues it; the other way round, the parent is reclaimed and fetched
+    again (at least once). Requests not written ahead are queued before any
+    lease ends.
+
+    Leasing: round robin over the partitions, starting one further on each
+    call and, per worker, at an offset from its id (so a fleet does not
+    start on the same partition); a call fills its count from the next
+    partitions when one runs dry, and skips a partition whose last answer
+    was "nothing due for W ms" until then (at most
+    :data:`PARTITION_RECHECK`), so a worker never spins on empty ones.
+
+    The worker beats into every partition's registry (one pipelined call),
+    so a live worker recovers a dead one's write-ahead batches and leases in
+    every partition. With one partition every call is exactly
+    :class:`Frontier`'s.
+    """
+
+    def __init__(
+        self,
+        client: aredis.Redis,
+        prefix: str,
+        partitions: int = 1,
+        worker: Worker | None = None,
+    ) -> None:
+        if partitions < 1:
+            raise ValueError(f"partitions must be >= 1, not {partitions}")
+        self.client = client
+        self.prefix = prefix
+        self.parts = [
+            Frontier(client, prefix, worker, p, partitions) for p in range(partitions)
+        ]
+        # Partition 0's keys: the crawl-wide ones (dead letters, recrawl).
+        self.keys = self.parts[0].keys
+        self._worker = worker
+        self._next = mmh3.hash(worker.id, 0, signed=False) % partitions if worker else 0
+        self._skip_until = [0.0] * partitions  # monotonic time
+        self._due_at: list[float | None] = [0.0] * partitions  # monotonic; None: empty
+        self._last = [LeaseBatch([], 0, 0, 0, 0) for _ in range(partitions)]
+        # Write-ahead entry -> the partitions it was written to.
+        self._logged: dict[str, set[int]] = {}
+
+    @property
+    def worker(self) -> Worker:
+        return self.parts[0].worker
+
+    async def pin(self) -> None:
+        """Record this crawl's partition count, or check it against the one
+        recorded: a host must map to one partition on every worker, or two
+        records and two locks would exist for it (a politeness breach).
+
+        A crawl without a record whose partition 0 holds frontier work was
+        written by a worker of before partitions, with one partition.
+        Raises :class:`PartitionMismatch`.
+        """
+        k, p = self.keys, len(self.parts)
+        recorded = await recorded_partitions(self.client, self.prefix)
+        legacy = (k.ready, k.leases, k.delayed)
+        if recorded is None and p > 1 and await self.client.exists(*legacy):
+            recorded = 1
+        if recorded is None:
+            await self.client.set(k.partitions, p, nx=True)
+            recorded = await recorded_partitions(self.client, self.prefix)
+        if recorded is not None and recorded != p:
+            raise PartitionMismatch(
+                f"FRONTIER_PARTITIONS={p}, but crawl {self.prefix!r} was "
+                f"started with {recorded}: run every worker with "
+                f"FRONTIER_PARTITIONS={recorded}, or start the crawl afresh "
+                f"(scrapy reset)"
+            )
+
+    def part(self, partition: int) -> Frontier:
+        """The frontier of one partition."""
+        return self.parts[partition]
+
+    def partition_of(self, host: str) -> int:
+        return host_partition(host, len(self.parts))
+
+    def _by_partition(self, tokens: Iterable[str]) -> dict[int, list[str]]:
+        groups: dict[int, list[str]] = defaultdict(list)
+        for token in tokens:
+            partition, lease_id = split_lease(token)
+            if partition >= len(self.parts):  # not one of ours: "@" in an id
+                partition, lease_id = 0, token
+            groups[partition].append(lease_id)
+        return groups
+
+    def _requests(
+        self, requests: Iterable[QueuedRequest]
+    ) -> dict[int, list[QueuedRequest]]:
+        groups: dict[int, list[QueuedRequest]] = defaultdict(list)
+        for r in requests:
+            groups[self.partition_of(r.host)].append(r)
+        return groups
+
+    async def commit(
+        self,
+        requests: Sequence[QueuedRequest] = (),
+        acks: Iterable[str] = (),
+        wal: tuple[str, str] | None = None,
+    ) -> tuple[int, int]:
+        """:meth:`Frontier.commit` over the partitions (see the class)."""
+        added, acked, _ = await self.commit_capped(requests, acks, wal)
+        return added, acked
+
+    async def commit_capped(
+        self,
+        requests: Sequence[QueuedRequest] = (),
+        acks: Iterable[str] = (),
+        wal: tuple[str, str] | None = None,
+        cap: int = 0,
+        refill_below: int = 0,
+    ) -> tuple[int, int, list[Spilled]]:
+        """:meth:`Frontier.commit_capped` over the partitions (see the
+        class): each partition caps its own hosts; the requests refused in
+        every partition, together. Each partition holding refused requests
+        keeps its part of the write-ahead entry ``wal`` until the spill
+        confirms them there (:mod:`extensions.spill`)."""
+        queued, acked = self._requests(requests), self._by_partition(acks)
+        logged = self._logged.get(wal[1], set()) if wal else set()
+        touched = set(queued) | set(acked) | logged
+
+        async def part(
+            p: int,
+            rs: Sequence[QueuedRequest] = (),
+            ids: Iterable[str] = (),
+            entry: tuple[str, str] | None = None,
+        ) -> tuple[int, int, list[Spilled]]:
+            return await self.part(p).commit_capped(rs, ids, entry, cap, refill_below)
+
+        if len(touched) <= 1:
+            p = touched.pop() if touched else 0
+            parts = [await part(p, queued.get(p, ()), acked.get(p, ()), wal)]
+            added, done = parts[0][0], parts[0][1]
+        elif wal or not queued or not acked:
+            # Every partition's part at once: a child whose partition fails
+            # to commit after its parent's lease ended there is still in its
+            # write-ahead entry, which recovery queues (never lost).
+            parts = list(
+                await asyncio.gather(
+                    *(
+                        part(p, queued.get(p, ()), acked.get(p, ()), wal)
+                        for p in sorted(touched)
+                    )
+                )
+            )
+            added, done = sum(r[0] for r in parts), sum(r[1] for r in parts)
+        else:
+            # Children not written ahead: queue them first, then end the
+            # parents' leases (at least once, never lost).
+            parts = list(
+                await asyncio.gather(*(part(p, rs) for p, rs in sorted(queued.items())))
+            )
+            seconds = await asyncio.gather(
+                *(part(p, (), ids) for p, ids in sorted(acked.items()))
+            )
+            added, done = sum(r[0] for r in parts), sum(r[1] for r in seconds)
+        if wal:
+            self._logged.pop(wal[1], None)
+        for p in queued:
+            # Work arrived there: ask that partition again at the next lease.
+            self._skip_until[p] = 0.0
+            self._due_at[p] = 0.0
+        return added, done, [s for r in parts for s in r[2]]
+
+    async def log_ahead(
+        self, worker: str, entry: str, requests: Sequence[QueuedRequest]
+    ) -> None:
+        """:meth:`Frontier.log_ahead`, each request in its host's partition."""
+        groups = self._requests(requests)
+        self._logged[entry] = set(groups)
+        await asyncio.gather(
+            *(self.part(p).log_ahead(worker, entry, rs) for p, rs in groups.items())
+        )
+
+    async def recover(self, dead_after_ms: int) -> tuple[int, int, int]:
+        """:meth:`Frontier.recover` in every partition; the sums."""
+        res = await asyncio.gather(*(f.recover(dead_after_ms) for f in self.parts))
+        return (
+            sum(r[0] for r in res),
+            sum(r[1] for r in res),
+            sum(r[2] for r in res),
+        )
+
+    async def quarantine_leases(
+        self, entries: Sequence[tuple[str, bytes, str]]
+    ) -> None:
+        """Move leased entries a worker cannot use (lease token, entry, why)
+        to the poison list of their partition."""
+        groups: dict[int, list[tuple[str, str, bytes, str]]] = defaultdict(list)
+        for token, entry, reason in entries:
+            p, lease_id = split_lease(token)
+            groups[p].append((self.part(p).keys.lease_data, lease_id, entry, reason))
+        for p, bad in groups.items():
+            await self.part(p).quarantine(bad)
+
+    @property
+    def poison_keys(self) -> list[str]:
+        return [f.keys.poison for f in self.parts]
+
+    async def lease(self, count: int, reclaim: int = 32) -> LeaseBatch:
+        """Lease up to ``count`` requests, round robin over the partitions
+        (see the class). The batch's figures are the fleet's, summed over the
+        partitions (the skipped ones as their last answer left them)."""
+        if len(self.parts) == 1:
+            return await self.parts[0].lease(count, reclaim)
+        n = len(self.parts)
+        start, self._next = self._next, (self._next + 1) % n
+        now = time.monotonic()
+        leases: list[tuple[str, bytes]] = []
+        reclaimed = poisoned = 0
+        for p in ((start + i) % n for i in range(n)):
+            if len(leases) >= count:
+                break
+            if self._skip_until[p] > now:
+                continue
+            batch = await self.parts[p].lease(count - len(leases), reclaim)
+            self._last[p] = batch
+            reclaimed += batch.reclaimed
+            poisoned += batch.poisoned
+            leases += [(lease_token(p, i), m) for i, m in batch.leases]
+            wait = batch.wait_ms / 1000
+            self._due_at[p] = None if batch.wait_ms < 0 else now + wait
+            if not batch.leases:
+                recheck = PARTITION_RECHECK
+                if batch.wait_ms >= 0 and not batch.paused:
+                    recheck = min(wait, PARTITION_RECHECK)
+                self._skip_until[p] = now + recheck
+        # A partition is next asked at the later of its due time and the end
+        # of its skip: no earlier wake-up, or a worker would spin on it.
+        due = [
+            max(0.0, t - now, self._skip_until[p] - now)
+            for p, t in enumerate(self._due_at)
+            if t is not None
+        ]
+        return LeaseBatch(
+            leases,
+            reclaimed,
+            round(min(due) * 1000) if due else -1,
+            sum(b.hosts_ready for b in self._last),
+            sum(b.leases_outstanding for b in self._last),
+            poisoned,
+            any(b.paused for b in self._last),
+        )
+
+    def work_arrived(self, hosts: Iterable[str]) -> None:
+        """Stop skipping the partitions of ``hosts``: this worker just queued
+        work there."""
+        for host in hosts:
+            p = self.partition_of(host)
+            self._skip_until[p] = 0.0
+            self._due_at[p] = 0.0
+
+    async def release(self, lease_ids: Sequence[str]) -> int:
+        groups = self._by_partition(lease_ids)
+        res = await asyncio.gather(
+            *(self.part(p).release(ids) for p, ids in groups.items())
+        )
+        return sum(res)
+
+    async def extend(self, lease_ids: Sequence[str]) -> int:
+        groups = self._by_partition(lease_ids)
+        res = await asyncio.gather(
+            *(self.part(p).extend(ids) for p, ids in groups.items())
+        )
+        return sum(res)
+
+    async def beat(self) -> None:
+        """:meth:`Frontier.beat` into every partition's registry, one call."""
+        if len(self.parts) == 1:
+            return await self.parts[0].beat()
+        now = await server_now_ms(self.client)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for f in self.parts:
+                pipe.zadd(f.keys.workers, {self.worker.id: now})
+            await pipe.execute()
+        return None
+
+    async def retire(self) -> None:
+        async with self.client.pipeline(transaction=False) as pipe:
+            for f in self.parts:
+                pipe.zrem(f.keys.workers, self.worker.id)
+            await pipe.execute()
+
+    async def flush(self) -> int:
+        """:meth:`Frontier.flush` (its patterns match every partition)."""
+        return await self.parts[0].flush()
+
+    async def counts(self) -> tuple[int, int]:
+        async with self.client.pipeline(transaction=False) as pipe:
+            for f in self.parts:
+                pipe.zcard(f.keys.ready)
+                pipe.zcard(f.keys.leases)
+            res = await pipe.execute()
+        return sum(res[0::2]), sum(res[1::2])
+
+    async def due(self) -> tuple[int, int]:
+        res = await asyncio.gather(*(f.due() for f in self.parts))
+        return sum(r[0] for r in res), sum(r[1] for r in res)
+
+    async def waiting(self) -> Waiting:
+        res = await asyncio.gather(*(f.waiting() for f in self.parts))
+        due = [w.next_due_ms for w in res if w.next_due_ms >= 0]
+        return Waiting(
+            sum(w.urls for w in res), sum(w.hosts for w in res), min(due, default=-1)
+        )
+
+    async def queued(self) -> int:
+        return sum(await asyncio.gather(*(f.queued() for f in self.parts)))
+
+    async def retries(self) -> int:
+        """Retries waiting for their due time (the delayed ZSETs)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for f in self.parts:
+                pipe.zcard(f.keys.delayed)
+            return sum(await pipe.execute())
+
+    async def pause(self) -> bool:
+        """Pause every partition; False if all already were."""
+        res = await asyncio.gather(*(f.pause() for f in self.parts))
+        return any(res)
+
+    async def resume(self) -> bool:
+        res = await asyncio.gather(*(f.resume() for f in self.parts))
+        return any(res)
+
+    async def workers(self) -> dict[str, int]:
+        """Worker id -> its latest heartbeat in any partition."""
+        out: dict[str, int] = {}
+        for beats in await asyncio.gather(*(f.workers() for f in self.parts)):
+            for w, t in beats.items():
+                out[w] = max(t, out.get(w, t))
+        return out
+
+    async def overview(self, top: int = 10) -> FrontierOverview:
+        """:meth:`Frontier.overview` summed over the partitions."""
+        views = await asyncio.gather(*(f.overview(top) for f in self.parts))
+        if len(views) == 1:
+            return views[0]
+        total = FrontierOverview(now_ms=max(v.now_ms for v in views))
+        expiries = []
+        for p, v in enumerate(views):
+            total.queued += v.queued
+            total.hosts_ready += v.hosts_ready
+            total.hosts_waiting += v.hosts_waiting
+            total.hosts_parked += v.hosts_parked
+            total.leased += v.leased
+            total.paused = total.paused or v.paused
+            total.poisoned += v.poisoned
+            total.top_hosts += v.top_hosts
+            if v.next_lease_expiry:
+                lease_id, in_s = v.next_lease_expiry
+                expiries.append((in_s, lease_token(p, lease_id)))
+        total.top_hosts.sort(key=lambda t: (-t[1], t[0]))
+        del total.top_hosts[top:]
+        if expiries:
+            in_s, token = min(expiries)
+            total.next_lease_expiry = (token, in_s)
+        return total

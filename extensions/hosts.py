@@ -5,7 +5,8 @@ every script includes to read them (:data:`LUA_RECORD`: the Redis clock, the
 record, the spacing rule, the park rule) and the scripts that write them
 (:class:`HostRecords`). The frontier (:mod:`extensions.frontier`) queues
 requests by :func:`host_key` and keeps one record per host in Redis,
-``FrontierKeys(prefix).host(hostkey)``, a HASH of integers (times are epoch
+``FrontierKeys(prefix, partition, partitions).host(hostkey)`` in its partition
+(:func:`host_partition`), a HASH of integers (times are epoch
 ms of the Redis clock, durations ms):
 
 ``next``
@@ -26,6 +27,14 @@ ms of the Redis clock, durations ms):
 ``breaker``
     How often the circuit breaker opened in a row (its cool-down doubles
     each time); cleared with ``fails`` by a response.
+``failing_since``
+    When the current run of connection failures began (its first failure);
+    cleared with ``fails`` by a response.
+``down``
+    Until when the host is judged down (``HOST_DOWN_AFTER``, see
+    :data:`extensions.dlq.HOST_DOWN_LUA`): its requests go to the
+    dead-letter queue as ``host_down`` instead of its queue (the frontier's
+    commit); cleared by a response.
 ``spilled``
     Requests of the host in the spill store (``FRONTIER_SPILL_STORE``), and
     on their way there: raised by the frontier's commit script for each
@@ -57,6 +66,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+import mmh3
 from scrapy.exceptions import CannotResolveHostError, DownloadConnectionRefusedError
 from scrapy.http import Request
 
@@ -83,7 +93,8 @@ class HostDown(DownloadConnectionRefusedError):
     """A page request failed without a connection: its host's robots.txt got
     no connection ``ROBOTS_DOWN_AFTER`` times in a row (the robots
     middleware raises it; the failure policy treats it as a connection
-    failure, and the circuit breaker does not count it again)."""
+    failure; the circuit breaker does not count it again, but the host-down
+    verdict of ``HOST_DOWN_AFTER`` is judged on it)."""
 
 
 # Values of POLITENESS_KEY.
@@ -119,6 +130,24 @@ def host_key(url_or_request: str | Request) -> str:
     if ":" in host:  # an IPv6 literal
         host = f"[{host}]"
     return f"{scheme}://{host}:{port}"
+
+
+@lru_cache(maxsize=65_536)
+def host_partition(hostkey: str, partitions: int) -> int:
+    """The frontier partition of a host (``FRONTIER_PARTITIONS``): MurmurHash3
+    (32-bit, seed 0) of its :func:`host_key` modulo the partition count, the
+    same on every worker and every run (Python's ``hash`` is salted per
+    process). Everything keyed by host lives in that partition: its queue,
+    its record, its download lock.
+
+    >>> host_partition("http://a.test:80", 1)
+    0
+    >>> [host_partition(f"http://h{i}.test:80", 4) for i in range(8)]
+    [2, 1, 0, 0, 1, 0, 3, 3]
+    """
+    if partitions <= 1:
+        return 0
+    return mmh3.hash(hostkey, 0, signed=False) % partitions
 
 
 def hostname_of(key: str) -> str:
@@ -172,7 +201,9 @@ BACKOFF_AT = "backoff_at"
 PARK = "park"
 FAILS = "fails"
 BREAKER = "breaker"
-FIELDS = (NEXT, DELAY, BACKOFF, BACKOFF_AT, PARK, FAILS, BREAKER)
+FAILING_SINCE = "failing_since"
+DOWN = "down"
+FIELDS = (NEXT, DELAY, BACKOFF, BACKOFF_AT, PARK, FAILS, BREAKER, FAILING_SINCE, DOWN)
 # The spill counters (extensions.spill): not read by host_record.
 SPILLED = "spilled"
 SPILLING = "spilling"
@@ -189,11 +220,13 @@ LUA_RECORD = (
 -- wrong type aside rather than fail.
 local function host_record(hkey, call)
   local r = (call or redis.call)('HMGET', hkey, 'next', 'delay', 'backoff',
-                                 'backoff_at', 'park', 'fails', 'breaker')
+                                 'backoff_at', 'park', 'fails', 'breaker',
+                                 'failing_since', 'down')
   return {next = tonumber(r[1]) or 0, delay = tonumber(r[2]),
           backoff = tonumber(r[3]) or 0, backoff_at = tonumber(r[4]) or 0,
           park = tonumber(r[5]) or 0, fails = tonumber(r[6]) or 0,
-          breaker = tonumber(r[7]) or 0}
+          breaker = tonumber(r[7]) or 0, failing_since = tonumber(r[8]) or 0,
+          down = tonumber(r[9]) or 0}
 end
 -- The back-off still in force at `now`: one raised longer than `quiet` ms
 -- ago is forgiven.
@@ -266,7 +299,8 @@ return {cur, park_until(KEYS[1], rec, until_ms), raised}
 
 # KEYS[1] the host record.
 # ARGV[1] threshold (failures), ARGV[2] cool-down ms, ARGV[3] max cool-down ms.
-# Counts a connection failure (``fails``). When the count reaches the
+# Counts a connection failure (``fails``; the first of a run sets
+# ``failing_since``). When the count reaches the
 # threshold and the breaker is not already open (park in the future), opens
 # it: park = now + cool-down * 2^(times opened in a row), capped; ``breaker``
 # counts the openings. Returns {fails, park ms if opened by this call else 0}.
@@ -275,6 +309,7 @@ FAIL_SCRIPT = (
     + """
 local now = now_ms()
 local fails = redis.call('HINCRBY', KEYS[1], 'fails', 1)
+redis.call('HSETNX', KEYS[1], 'failing_since', now)
 if fails < tonumber(ARGV[1]) then
   return {fails, 0}
 end
@@ -291,11 +326,12 @@ return {fails, now + cool}
 )
 
 # KEYS[1] the host record. No ARGV.
-# Closes the breaker after a response: clears ``fails`` and ``breaker``.
+# Closes the breaker after a response: clears ``fails``, ``breaker``,
+# ``failing_since`` and a ``down`` verdict (the host answers again).
 # Returns the number of openings it had (0: it was closed).
 SUCCESS_SCRIPT = """
 local opened = tonumber(redis.call('HGET', KEYS[1], 'breaker') or '0') or 0
-redis.call('HDEL', KEYS[1], 'fails', 'breaker')
+redis.call('HDEL', KEYS[1], 'fails', 'breaker', 'failing_since', 'down')
 return opened
 """
 
@@ -305,22 +341,28 @@ class HostRecords:
     or one command. The frontier's ``next`` is written by its lease script,
     and the lock script of :mod:`extensions.politeness` only reads."""
 
-    def __init__(self, client: aredis.Redis, prefix: str) -> None:
+    def __init__(self, client: aredis.Redis, prefix: str, partitions: int = 1) -> None:
         self.client = client
-        self.keys = FrontierKeys(prefix)
+        self.prefix = prefix
+        self.partitions = partitions
+
+    def record(self, hostkey: str) -> str:
+        """The key of a host's record, in its partition."""
+        partition = host_partition(hostkey, self.partitions)
+        return FrontierKeys(self.prefix, partition, self.partitions).host(hostkey)
 
     async def set_delay(self, hostkey: str, delay_ms: int | None) -> None:
         """Set the host's minimum delay (None: remove it, the default applies)."""
         if delay_ms is None:
-            await self.client.hdel(self.keys.host(hostkey), DELAY)
+            await self.client.hdel(self.record(hostkey), DELAY)
         else:
-            await self.client.hset(self.keys.host(hostkey), DELAY, int(delay_ms))
+            await self.client.hset(self.record(hostkey), DELAY, int(delay_ms))
 
     async def park(self, hostkey: str, for_ms: int) -> int:
         """Park a host for ``for_ms`` from now (never shortens a park); return
         the deadline in epoch ms of the Redis clock."""
         res = await script(self.client, PARK_SCRIPT)(
-            keys=[self.keys.host(hostkey)], args=[int(for_ms)]
+            keys=[self.record(hostkey)], args=[int(for_ms)]
         )
         return int(res)
 
@@ -338,7 +380,7 @@ class HostRecords:
         ``(back-off ms, park deadline ms, raised)``."""
         factor = 1.0 + random.uniform(-jitter, jitter)
         res = await script(self.client, RAISE_BACKOFF_SCRIPT)(
-            keys=[self.keys.host(hostkey)],
+            keys=[self.record(hostkey)],
             args=[
                 initial_ms,
                 max_ms,
@@ -354,7 +396,7 @@ class HostRecords:
     ) -> tuple[int, int]:
         """Count a connection failure: ``(fails, park ms if it opened else 0)``."""
         res = await script(self.client, FAIL_SCRIPT)(
-            keys=[self.keys.host(hostkey)],
+            keys=[self.record(hostkey)],
             args=[threshold, cooldown_ms, max_cooldown_ms],
         )
         return int(res[0]), int(res[1])
@@ -362,7 +404,7 @@ class HostRecords:
     async def succeed(self, hostkey: str) -> int:
         """Close the breaker; return how often it had opened in a row."""
         res = await script(self.client, SUCCESS_SCRIPT)(
-            keys=[self.keys.host(hostkey)], args=[]
+            keys=[self.record(hostkey)], args=[]
         )
         return int(res)
 

@@ -5,6 +5,24 @@ Lua script touches together carry the same hash tag, ``{web}``, so a Redis
 Cluster keeps them in one slot; keys that are only ever used alone (robots,
 Bloom shards) carry their own tag or none, so a cluster spreads them.
 
+Partitions (``FRONTIER_PARTITIONS`` = P): each host belongs to one partition
+(:func:`extensions.hosts.host_partition`), and every ``web:{web}:...`` key of
+the table but three exists once per partition, under that partition's tag:
+partition 0 keeps ``{web}`` (so P=1 is exactly the one-partition layout), and
+partition i > 0 uses ``{web:p<i>}`` or ``{web:p<i>.<n>}``
+(``web:{web:p2.1}:q:<host>``), a tag no other key family uses (the Bloom
+shards' ``{web:<n>}`` has no ``p``); :func:`partition_tag` picks ``n`` so the
+partitions spread evenly over a cluster's slots. The three are the recrawl
+schedule (``recrawl``, ``recrawl:data``), keyed by URL and never touched with
+a host's queue, and ``partitions``, the partition count itself: they stay in
+partition 0's ``{web}`` slot whatever P is. The dead-letter queue is per
+partition: the frontier's commit and the host-down sweep write a host's dead
+letters in the script that reads its queue and record. A host's download lock
+``lock:<id>`` lives in its host's partition (the lock script reads the host
+record with it), and so do the spill's ``refill`` SET and refill lock
+``spill:lock:<host>`` (the commit and refill scripts read them with the
+host's queue and record).
+
 ==============================  ======  =========================================
 key                             type    what it holds
 ==============================  ======  =========================================
@@ -16,8 +34,11 @@ key                             type    what it holds
                                         (ms) they may next be fetched from
 ``web:{web}:h:<host>``          HASH    one host's record (ms): ``next``,
                                         ``delay``, ``backoff``, ``backoff_at``,
-                                        ``park``, ``fails``, ``breaker``; each
-                                        field is documented by its owner,
+                                        ``park``, ``fails``, ``breaker``,
+                                        ``failing_since``, ``down``, and the
+                                        spill's ``spilled``, ``spilling``,
+                                        ``spill_low``; each field is
+                                        documented by its owner,
                                         :mod:`extensions.hosts`
 ``web:{web}:delayed``           ZSET    retries not due yet: host, priority
                                         and request -> due time (ms)
@@ -36,6 +57,8 @@ key                             type    what it holds
 ``web:{web}:poison``            LIST    malformed entries moved aside (JSON:
                                         key, field, entry, length, reason);
                                         the newest 10,000
+``web:{web}:partitions``        STRING  the crawl's ``FRONTIER_PARTITIONS``,
+                                        set by its first worker
 ``web:{web}:poison:<key>``      any     a frontier key of the wrong type,
                                         renamed aside
 ``web:{web}:recrawl``           ZSET    stored URL -> its next visit (ms)
@@ -89,9 +112,48 @@ lock (``POLITENESS_KEY``) can be widened to the registered domain or the IP.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS as CLUSTER_SLOTS
+from redis.crc import key_slot
+
+
+@lru_cache(maxsize=4096)
+def partition_tag(prefix: str, partition: int = 0, partitions: int = 1) -> str:
+    """The hash tag of one of ``partitions`` frontier partitions.
+
+    Partition 0 keeps the crawl's own tag, so one partition is the
+    unpartitioned layout. Partition i > 0 takes the first of ``<prefix>:p<i>``,
+    ``<prefix>:p<i>.1``, ``<prefix>:p<i>.2``, ... whose cluster slot (CRC16
+    mod 16384) lies in the middle quarter of the i-th of P equal ranges of
+    the slots, counted on from partition 0's range: the P tags are evenly
+    spaced over the slots, so a cluster whose N masters hold equal slot
+    ranges (as ``redis-cli --cluster create`` assigns them) gets about P/N
+    partitions on each master, and every master one as soon as P >= N
+    (plain names would land where CRC16 puts them: ``{web}``, ``{web:p1}``
+    and ``{web:p2}`` fall on two of three masters).
+
+    >>> partition_tag("web"), partition_tag("web", 1, 3), partition_tag("web", 2, 3)
+    ('{web}', '{web:p1.50}', '{web:p2.1}')
+    >>> [key_slot(partition_tag("web", i, 3).encode()) for i in range(3)]
+    [9635, 13102, 2458]
+    """
+    if partition == 0:
+        return f"{{{prefix}}}"
+    width = CLUSTER_SLOTS / partitions
+    first = key_slot(f"{{{prefix}}}".encode()) // width
+    center = ((first + partition) % partitions + 0.5) * width
+    n = 0
+    while True:
+        name = f"{prefix}:p{partition}" + (f".{n}" if n else "")
+        if abs(key_slot(name.encode()) - center) < width / 8:
+            return f"{{{name}}}"
+        n += 1
+
 
 class FrontierKeys:
-    """Names of one crawl's frontier keys (the ``{prefix}`` hash-tagged ones).
+    """Names of the frontier keys of one partition of a crawl (the hash-tagged
+    ones; partition 0 by default).
 
     >>> k = FrontierKeys("web")
     >>> k.queue("http://a.test:80")
@@ -100,11 +162,14 @@ class FrontierKeys:
     ('web:{web}:ready', 'web:{web}:leases', 'web:{web}:lease')
     >>> k.queue_prefix
     'web:{web}:q:'
+    >>> FrontierKeys("web", 2, 3).ready
+    'web:{web:p2.1}:ready'
     """
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, partition: int = 0, partitions: int = 1) -> None:
         self.prefix = prefix
-        tagged = f"{prefix}:{{{prefix}}}:"
+        self.partition = partition
+        tagged = f"{prefix}:{partition_tag(prefix, partition, partitions)}:"
         self.tagged = tagged
         self.queue_prefix = tagged + "q:"
         self.host_prefix = tagged + "h:"
@@ -115,13 +180,17 @@ class FrontierKeys:
         self.workers = tagged + "workers"
         self.wal_prefix = tagged + "wal:"
         self.delayed = tagged + "delayed"
-        self.dlq = tagged + "dlq"
-        self.dlq_reasons = tagged + "dlq:reasons"
         self.paused = tagged + "paused"
         self.poison = tagged + "poison"
-        self.recrawl = tagged + "recrawl"
-        self.recrawl_data = tagged + "recrawl:data"
+        self.dlq = tagged + "dlq"
+        self.dlq_reasons = tagged + "dlq:reasons"
         self.refill = tagged + "refill"
+        # Not per host: the recrawl schedule of every partition lives in
+        # partition 0's slot (see the module docstring).
+        base = f"{prefix}:{partition_tag(prefix)}:"
+        self.recrawl = base + "recrawl"
+        self.recrawl_data = base + "recrawl:data"
+        self.partitions = base + "partitions"
 
     def queue(self, host: str) -> str:
         return self.queue_prefix + host
@@ -141,9 +210,24 @@ class FrontierKeys:
         """A worker's write-ahead batches (entry id -> JSON)."""
         return self.wal_prefix + worker
 
+    def lock(self, lock_id: str) -> str:
+        """A host's download lock, in its host's partition (see
+        :func:`host_lock`)."""
+        return self.tagged + "lock:" + lock_id
+
     def pattern(self) -> str:
-        """A SCAN pattern matching every frontier key of the crawl."""
+        """A SCAN pattern matching every frontier key of the partition."""
         return self.tagged + "*"
+
+
+def partition_patterns(prefix: str) -> list[str]:
+    """SCAN patterns for the frontier keys of every partition, whatever the
+    number of partitions was when they were written.
+
+    >>> partition_patterns("web")
+    ['web:{web}:*', 'web:{web:p*}:*']
+    """
+    return [FrontierKeys(prefix).pattern(), f"{prefix}:{{{prefix}:p*}}:*"]
 
 
 class StatsKeys:
@@ -217,7 +301,7 @@ def crawl_patterns(prefix: str) -> list[str]:
     """SCAN patterns for every key of a crawl except its seed list (used to
     start a crawl afresh)."""
     return [
-        FrontierKeys(prefix).pattern(),
+        *partition_patterns(prefix),
         f"{prefix}:robots:*",
         f"{prefix}:bloom:*",
         f"{prefix}:simhash:*",
@@ -245,15 +329,20 @@ def trap_variants(prefix: str, host: str, path: str) -> str:
     return f"{prefix}:traps:{{{prefix}:traps:{host}}}:v:{path}"
 
 
-def host_lock(prefix: str, lock_id: str) -> str:
-    """The per-host download lock under the frontier's hash tag, so the lock
-    script can read the host record and set the lock in one call on a
-    cluster too (``lock_id``: a host key, a registered domain or an IP).
+def host_lock(
+    prefix: str, lock_id: str, partition: int = 0, partitions: int = 1
+) -> str:
+    """The per-host download lock under the hash tag of its host's partition,
+    so the lock script can read the host record and set the lock in one call
+    on a cluster too (``lock_id``: a host key, a registered domain or an IP;
+    the latter two need one partition, see :mod:`extensions.politeness`).
 
     >>> host_lock("web", "http://a.test:80")
     'web:{web}:lock:http://a.test:80'
+    >>> host_lock("web", "http://a.test:80", 2, 3)
+    'web:{web:p2.1}:lock:http://a.test:80'
     """
-    return f"{prefix}:{{{prefix}}}:lock:{lock_id}"
+    return FrontierKeys(prefix, partition, partitions).lock(lock_id)
 
 
 def simhash_pages(prefix: str) -> str:

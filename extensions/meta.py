@@ -35,6 +35,11 @@ DONT_POLITENESS = "dont_politeness"
 #: robots.txt parks the host through the robots cache instead).
 ROBOTS_FETCH = "robots_fetch"
 
+#: True on a request whose host the back-off middleware found judged down
+#: (``HOST_DOWN_AFTER``) when the request failed: the failure policy gives
+#: it up at once as ``host_down`` instead of retrying it.
+HOST_DOWN = "host_down"
+
 #: A revisit's record (a list set by :mod:`extensions.recrawl`: the previous
 #: visit's interval, validators and content hash); the spider copies it into
 #: the item, whose ``recrawl`` attribute bears the same name.

@@ -23,7 +23,8 @@ crawl's.
 
 Settings read: ``METRICS_PORT``, ``METRICS_HOST``, ``METRICS_PORT_TRIES``,
 ``METRICS_REFRESH_INTERVAL``, ``BLOOM_CAPACITY`` and ``BLOOM_GROWTH`` (the
-Bloom fill ratio), ``REDIS_URL`` (through :mod:`extensions.connection`).
+Bloom fill ratio), ``FRONTIER_PARTITIONS``, ``REDIS_URL`` (through
+:mod:`extensions.connection`).
 """
 
 from __future__ import annotations
@@ -39,15 +40,13 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
 from extensions import config, defaults
-from extensions.connection import async_client
-from extensions.frontier import Frontier
+from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
+from extensions.frontier import PartitionedFrontier
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -302,7 +301,11 @@ class PrometheusMetrics:
         self._last_tick = time.monotonic()
         self._lag_probe = task.LoopingCall(self._tick)
         self._lag_probe.start(LAG_PROBE_INTERVAL, now=False)
-        frontier = Frontier(async_client(self.crawler), spider.name)
+        frontier = PartitionedFrontier(
+            async_client(self.crawler),
+            spider.name,
+            self.crawler.settings.getint("FRONTIER_PARTITIONS", 1),
+        )
         self._refresher = asyncio.ensure_future(self._refresh_loop(frontier))
 
     def _serve(self) -> None:
@@ -339,19 +342,20 @@ class PrometheusMetrics:
         worst = self.gauges.get("webcrawl_event_loop_lag_max_seconds", 0.0)
         self.gauges["webcrawl_event_loop_lag_max_seconds"] = max(worst, lag)
 
-    async def _refresh_loop(self, frontier: Frontier) -> None:
+    async def _refresh_loop(self, frontier: PartitionedFrontier) -> None:
         while True:
             try:
                 await self.refresh_frontier(frontier)
-            except (RedisConnectionError, RedisTimeoutError) as e:
-                # Redis down: the scheduler logs the outage and waits; the
-                # gauges keep their last values until it is back.
+            except TRANSIENT_REDIS_ERRORS as e:
+                # Redis down (or a cluster failing over): the scheduler logs
+                # the outage and waits; the gauges keep their last values
+                # until it is back.
                 if not self._redis_failed:
                     self._redis_failed = True
                     logger.warning("Metrics: frontier gauges not refreshed: %s", e)
             await asyncio.sleep(self.refresh_interval)
 
-    async def refresh_frontier(self, frontier: Frontier) -> None:
+    async def refresh_frontier(self, frontier: PartitionedFrontier) -> None:
         hosts, leases = await frontier.counts()
         queued = await frontier.queued()
         self.gauges.update(

@@ -2,7 +2,8 @@
 
 Settings read: ``DOWNLOAD_DELAY`` (Scrapy's, enforced across every worker),
 ``POLITENESS_ENABLED``, ``POLITENESS_KEY``, ``POLITENESS_MAX_WAIT``,
-``POLITENESS_MAX_DEFERRALS``, ``BACKOFF_QUIET_PERIOD``, and through
+``POLITENESS_MAX_DEFERRALS``, ``BACKOFF_QUIET_PERIOD``,
+``FRONTIER_PARTITIONS`` (the lock lives in its host's partition), and through
 :mod:`extensions.connection` ``REDIS_URL``; the key prefix
 is the spider's name.
 """
@@ -28,6 +29,7 @@ from extensions.hosts import (
     Deferral,
     deferred_copy,
     host_key,
+    host_partition,
     hostname_of,
     registered_domain,
 )
@@ -109,14 +111,24 @@ class HostLock:
     request that takes the lock and is then slow to reach the server would
     arrive right before the next holder's (Heritrix, too, counts its
     politeness delay from the end of a fetch).
+
+    With several frontier partitions the lock id is a host key (the
+    middleware allows only ``POLITENESS_KEY = "host"`` then), and lock and
+    record live in the host's partition: one slot, one script.
     """
 
-    def __init__(self, client: aredis.Redis, prefix: str, quiet_ms: int) -> None:
+    def __init__(
+        self, client: aredis.Redis, prefix: str, quiet_ms: int, partitions: int = 1
+    ) -> None:
         self.client = client
         self.prefix = prefix
         self.quiet_ms = quiet_ms
-        self.frontier = keys.FrontierKeys(prefix)
+        self.partitions = partitions
         self.tokens = TokenLock(client)
+
+    def _key(self, lock_id: str) -> str:
+        partition = host_partition(lock_id, self.partitions)
+        return keys.host_lock(self.prefix, lock_id, partition, self.partitions)
 
     async def acquire(
         self,
@@ -128,18 +140,23 @@ class HostLock:
     ) -> tuple[LockState, int, int]:
         """One round trip: ``(state, ms, fails)`` as the script documents."""
         res = await script(self.client, ACQUIRE_SCRIPT)(
-            keys=[keys.host_lock(self.prefix, lock_id), self.frontier.host(hostkey)],
+            keys=[
+                self._key(lock_id),
+                keys.FrontierKeys(
+                    self.prefix,
+                    host_partition(hostkey, self.partitions),
+                    self.partitions,
+                ).host(hostkey),
+            ],
             args=[token, int(default_ms), int(self.quiet_ms), int(hold_ms)],
         )
         return LockState(int(res[0])), int(res[1]), int(res[2])
 
     async def release(self, lock_id: str, token: str) -> bool:
-        return await self.tokens.release(keys.host_lock(self.prefix, lock_id), token)
+        return await self.tokens.release(self._key(lock_id), token)
 
     async def extend(self, lock_id: str, token: str, ttl_ms: int) -> bool:
-        return await self.tokens.extend(
-            keys.host_lock(self.prefix, lock_id), token, ttl_ms
-        )
+        return await self.tokens.extend(self._key(lock_id), token, ttl_ms)
 
 
 class PolitenessMiddleware:
@@ -183,6 +200,15 @@ class PolitenessMiddleware:
                 f"POLITENESS_KEY={self.mode!r} is not allowed: use one of "
                 f"{', '.join(repr(m) for m in KEY_MODES)}"
             )
+        self.partitions = settings.getint("FRONTIER_PARTITIONS")
+        if self.mode != "host" and self.partitions > 1:
+            # A domain's or an IP's hosts fall in several partitions: one lock
+            # for them all could not be set in one script with each host's
+            # record (two slots on a cluster).
+            raise config.SettingsError(
+                f"POLITENESS_KEY={self.mode!r} needs FRONTIER_PARTITIONS=1 "
+                f"(it is {self.partitions}): with partitions the lock is per host"
+            )
         self.crawler = crawler
         self.default_ms = round(settings.getfloat("DOWNLOAD_DELAY") * 1000)
         self.max_wait_ms = round(settings.getfloat("POLITENESS_MAX_WAIT") * 1000)
@@ -212,7 +238,9 @@ class PolitenessMiddleware:
         if self._lock is None:
             spider = self.crawler.spider
             prefix = spider.name if spider is not None else "web"
-            self._lock = HostLock(async_client(self.crawler), prefix, self.quiet_ms)
+            self._lock = HostLock(
+                async_client(self.crawler), prefix, self.quiet_ms, self.partitions
+            )
         return self._lock
 
     async def lock_id(self, request: Request, hostkey: str) -> str:

@@ -3,8 +3,9 @@ conditional GET, and an adaptive revisit interval per URL.
 
 Settings read (defaults in :mod:`extensions.defaults`): ``RECRAWL_ENABLED``,
 ``RECRAWL_MIN_INTERVAL``, ``RECRAWL_DEFAULT_INTERVAL``,
-``RECRAWL_MAX_INTERVAL``, ``RECRAWL_POLICY``, ``RECRAWL_BATCH_SIZE``,
-``RECRAWL_POLL_INTERVAL``, ``FRONTIER_LEASE_TIMEOUT``; ``REDIS_URL`` through
+``RECRAWL_MAX_INTERVAL``, ``RECRAWL_GIVE_UP_INTERVAL``, ``RECRAWL_POLICY``,
+``RECRAWL_BATCH_SIZE``, ``RECRAWL_POLL_INTERVAL``, ``RECRAWL_SCHEDULE_STORE``,
+``RECRAWL_WINDOW``, ``FRONTIER_LEASE_TIMEOUT``; ``REDIS_URL`` through
 :mod:`extensions.connection`.
 
 How a page comes back:
@@ -36,30 +37,50 @@ How a page comes back:
 
 Redis layout (:class:`extensions.keys.FrontierKeys`): ``recrawl`` ZSET
 url -> next visit (ms, Redis ``TIME``); ``recrawl:data`` HASH url -> JSON
-``[interval s, etag, last-modified, content hash]``. The validators live in
-Redis, not in the store, so building a revisit reads no store on the hot path.
+``[interval s, etag, last-modified, content hash, visits, changes, observed
+s]`` (the last three: the page's change history, :class:`History`). The
+validators live in Redis, not in the store, so building a revisit reads no
+store on the hot path.
+
+The store-side schedule (``RECRAWL_SCHEDULE_STORE``, a class path built with
+``build_from_crawler``, satisfying :class:`ScheduleStore`; the page store's
+is :class:`pipelines.stores.schedule.PageStoreSchedule`): a next visit more
+than ``RECRAWL_WINDOW`` ahead is written to the store (url, due time, record)
+and removed from Redis (:data:`PARK_LUA`); every quarter window, each worker
+moves what falls due within the window back into Redis with its due time
+(:data:`LOAD_LUA`: a URL already there keeps its own, so refills that meet
+are harmless) and deletes it from the store, only where the store still
+holds that due time (a page rescheduled meanwhile keeps its new one). Redis
+then holds the window only. Due times are Redis ``TIME`` in both places. A
+worker that dies between two of these steps leaves a URL in both places: it
+is revisited once more than needed, never lost.
 
 The policy (``RECRAWL_POLICY``, a dotted path like
 ``FRONTIER_PRIORITY_FUNCTION``) is ``policy(visit, bounds) -> seconds``;
-:func:`adaptive_interval` is the default, :func:`uniform_interval` the
-baseline the freshness benchmark compares it with.
+:func:`budgeted_interval` (Cho and Garcia-Molina's optimal revisit
+frequency for each page's estimated change rate) is the default,
+:func:`adaptive_interval` (Nutch's steps) and :func:`uniform_interval` (the
+baseline) the others the freshness benchmark compares it with.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
+import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 from redis.exceptions import ResponseError
 from scrapy import Request, signals
 from scrapy.exceptions import DontCloseSpider, NotConfigured
-from scrapy.utils.misc import load_object
+from scrapy.utils.misc import build_from_crawler, load_object
 
 from extensions import config, defaults
 from extensions.config import SettingsError
@@ -76,6 +97,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Nutch AdaptiveFetchSchedule's defaults: a change shortens the interval by
 # 20 %, no change lengthens it by 40 % (slower growth than shrink would make
@@ -86,6 +108,14 @@ INC_RATE = 0.4
 # from none with a negligible chance of error, at a quarter of a SHA-256's
 # 64 characters (48 bytes less Redis per known URL).
 HASH_CHARS = 16
+# Compared visits a page's change history keeps: past it, the counts are
+# halved, so the rate estimate follows a page whose rate drifts (about the
+# last 16-32 visits count) and the record stays a few bytes.
+HISTORY_WINDOW = 32
+# The budgeted policy moves an interval by at most this factor per visit:
+# the first revisits of a page say little (one unchanged visit estimates a
+# rate of 0), so its interval walks towards the estimate as evidence grows.
+MAX_STEP = 2.0
 # Sitemap <changefreq> in seconds ("always" and "never" map to the bounds).
 CHANGEFREQ = {
     "hourly": 3600.0,
@@ -136,20 +166,150 @@ return out
 )
 
 
+# park: take pages whose next visit is beyond the window out of Redis (they
+# wait in the schedule store).
+# KEYS[1] recrawl ZSET, KEYS[2] recrawl data HASH
+# ARGV: urls
+# Returns the number of URLs removed from the ZSET.
+PARK_LUA = """
+local n = 0
+for i = 1, #ARGV do
+  n = n + redis.call('ZREM', KEYS[1], ARGV[i])
+  redis.call('HDEL', KEYS[2], ARGV[i])
+end
+return n
+"""
+
+# load: bring schedule-store entries that fall due within the window into
+# Redis with their due time; a URL already in Redis keeps its time and record.
+# KEYS[1] recrawl ZSET, KEYS[2] recrawl data HASH
+# ARGV: triples (url, due ms, record JSON)
+# Returns the number of URLs added.
+LOAD_LUA = """
+local n = 0
+for i = 1, #ARGV, 3 do
+  if redis.call('ZADD', KEYS[1], 'NX', tonumber(ARGV[i + 1]), ARGV[i]) == 1 then
+    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])
+    n = n + 1
+  end
+end
+return n
+"""
+# Batches a refill moves per poll at most (the rest: at the next poll).
+REFILL_BATCHES = 10
+
+
+class ScheduleStore(Protocol):
+    """Where next visits beyond the window wait (blocking calls: run in the
+    extension's own thread). Transient failures raise ``ConnectionError`` or
+    ``TimeoutError``."""
+
+    def put(self, entries: Sequence[tuple[str, int, str]]) -> None:
+        """Set each ``(url, due ms, record JSON)``, replacing the URL's entry."""
+
+    def due(self, until: int, limit: int) -> list[tuple[str, int, str]]:
+        """Up to ``limit`` entries due at or before ``until``, earliest first."""
+        ...
+
+    def delete(self, entries: Sequence[tuple[str, int]]) -> None:
+        """Remove each ``(url, due)`` whose entry still has that due time."""
+
+    def count(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Bounds:
     """``RECRAWL_MIN_INTERVAL`` <= interval <= ``RECRAWL_MAX_INTERVAL``
-    (seconds); ``default`` is a new page's first interval."""
+    (seconds); ``default`` is a new page's first interval; ``give_up``
+    (``RECRAWL_GIVE_UP_INTERVAL``) the budgeted policy's price of a fetch."""
 
     min: float
     default: float
     max: float
+    give_up: float = 3600.0
 
     def clamp(self, seconds: float) -> float:
         """>>> Bounds(10, 100, 1000).clamp(5), Bounds(10, 100, 1000).clamp(5000)
         (10, 1000)
         """
         return max(self.min, min(self.max, seconds))
+
+
+@dataclass(frozen=True)
+class History:
+    """A page's change history as Cho and Garcia-Molina's estimator needs it
+    ("Estimating frequency of change", TOIT 2003): ``visits`` compared
+    fetches, ``changes`` of them found the page changed, over ``observed``
+    seconds (the sum of the intervals before them).
+
+    >>> h = History().add(100.0, True).add(100.0, False)
+    >>> h
+    History(visits=2, changes=1, observed=200.0)
+    >>> round(h.rate() * 100, 3)  # -ln((2 - 1 + 0.5) / (2 + 0.5)) per 100 s
+    0.511
+    >>> History().add(100.0, None) == History(), History().rate()
+    (True, 0.0)
+    """
+
+    visits: int = 0
+    changes: int = 0
+    observed: float = 0.0
+
+    def add(self, interval: float, changed: bool | None) -> History:
+        """This history after one more visit ``interval`` seconds after the
+        last (``changed`` None: nothing compared, nothing learned)."""
+        if changed is None:
+            return self
+        visits, changes = self.visits + 1, self.changes + int(changed)
+        observed = self.observed + interval
+        if visits > HISTORY_WINDOW:
+            visits, changes, observed = visits // 2, changes // 2, observed / 2
+        return History(visits, changes, observed)
+
+    def rate(self) -> float:
+        """Estimated changes per second: ``-ln((n - X + 0.5) / (n + 0.5)) / I``
+        for ``X`` changes found in ``n`` visits ``I`` seconds apart on average
+        (the bias-reduced estimator for an incomplete history: a visit sees
+        whether the page changed, not how often; the naive ``X / (n I)``
+        underestimates a page that changes more than once per visit)."""
+        n, x = self.visits, self.changes
+        if n == 0 or self.observed <= 0:
+            return 0.0
+        return -math.log((n - x + 0.5) / (n + 0.5)) * n / self.observed
+
+
+def optimal_interval(rate: float, give_up: float) -> float:
+    """Cho and Garcia-Molina's optimal revisit interval for a page changing
+    ``rate`` times a second ("Effective page refresh policies for web
+    crawlers", TODS 2003): freshness per page is ``F = (1 - e^-x) / x`` with
+    ``x = rate * interval``; maximising the sum of ``F`` under a fetch budget
+    (Lagrange multiplier ``give_up``, seconds) gives ``1 - (1 + x) e^-x =
+    rate * give_up``. A page changing faster than once per ``give_up`` on
+    average is not worth a revisit (``inf``); a larger ``give_up`` spends
+    fewer fetches. The interval is longest for static and for fast pages,
+    shortest in between.
+
+    >>> [round(optimal_interval(r, 1.0), 2) for r in (0.01, 0.1, 0.5, 0.9)]
+    [14.86, 5.32, 3.36, 4.32]
+    >>> optimal_interval(0.0, 1.0), optimal_interval(2.0, 1.0)
+    (inf, inf)
+    """
+    y = rate * give_up
+    if rate <= 0 or y >= 1:
+        return math.inf
+    # 1 - (1 + x) e^-x rises from 0 to 1: bisect for x (to 1e-9 relative).
+    lo, hi = 0.0, 1.0
+    while 1 - (1 + hi) * math.exp(-hi) < y:
+        hi *= 2
+    while hi - lo > 1e-9 * hi:
+        mid = (lo + hi) / 2
+        if 1 - (1 + mid) * math.exp(-mid) < y:
+            lo = mid
+        else:
+            hi = mid
+    return hi / rate
 
 
 @dataclass(frozen=True)
@@ -160,12 +320,14 @@ class Visit:
     ``changed``: the content differs from the previous visit's (None: first
     visit, or a failed fetch: nothing to compare). ``hint``: what the server
     or a sitemap says about the page's lifetime, seconds (None: no hint).
+    ``history``: the page's change history, this visit included.
     """
 
     interval: float | None
     changed: bool | None
     status: int
     hint: float | None = None
+    history: History = History()
 
 
 def adaptive_interval(visit: Visit, bounds: Bounds) -> float:
@@ -195,6 +357,39 @@ def adaptive_interval(visit: Visit, bounds: Bounds) -> float:
         return bounds.clamp(visit.hint if visit.hint is not None else bounds.default)
     factor = 1 - DEC_RATE if visit.changed else 1 + INC_RATE
     return bounds.clamp(visit.interval * factor)
+
+
+def budgeted_interval(visit: Visit, bounds: Bounds) -> float:
+    """Cho and Garcia-Molina's optimal interval (:func:`optimal_interval`,
+    price ``RECRAWL_GIVE_UP_INTERVAL``) for the page's change rate estimated
+    from its own history (:meth:`History.rate`), moving at most x2 / x0.5 a
+    visit (:data:`MAX_STEP`), within the bounds. Static pages drift to the
+    maximum; a page changing faster than the budget can follow is revisited
+    less often than any page it chases (found changed at every visit, its
+    estimate is only a lower bound, ``ln(2n + 1) / I``, so it settles near
+    4 give-up intervals). A
+    first visit starts at the hint if there is one, else the default; a
+    failed fetch (nothing compared) lengthens the interval as in
+    :func:`adaptive_interval`.
+
+    >>> b = Bounds(60, 3600, 86400, give_up=600)
+    >>> budgeted_interval(Visit(None, None, 200), b)
+    3600
+    >>> h = History(4, 2, 4000.0)  # half the visits 1000 s apart changed
+    >>> round(budgeted_interval(Visit(1500.0, True, 200, history=h), b))
+    2114
+    >>> budgeted_interval(Visit(1000.0, False, 304, history=History(4, 0, 4e3)), b)
+    2000.0
+    >>> budgeted_interval(Visit(1000.0, True, 200, history=History(4, 4, 4e3)), b)
+    2000.0
+    """
+    if visit.interval is None:
+        return bounds.clamp(visit.hint if visit.hint is not None else bounds.default)
+    if visit.changed is None:
+        return bounds.clamp(visit.interval * (1 + INC_RATE))
+    target = optimal_interval(visit.history.rate(), bounds.give_up)
+    step = min(max(target, visit.interval / MAX_STEP), visit.interval * MAX_STEP)
+    return bounds.clamp(step)
 
 
 def uniform_interval(visit: Visit, bounds: Bounds) -> float:
@@ -266,17 +461,32 @@ class Record:
     etag: str | None = None
     last_modified: str | None = None
     content_hash: str | None = None
+    history: History = History()
 
     def to_json(self) -> str:
-        return json.dumps(
-            [self.interval, self.etag, self.last_modified, self.content_hash],
-            separators=(",", ":"),
-        )
+        return json.dumps(self.fields(), separators=(",", ":"))
+
+    def fields(self) -> list[Any]:
+        h = self.history
+        return [self.interval, self.etag, self.last_modified, self.content_hash,
+                h.visits, h.changes, round(h.observed, 3)]  # fmt: skip
+
+    @classmethod
+    def from_fields(cls, fields: Sequence[Any]) -> Record:
+        """From :meth:`fields`; a record written before the history was kept
+        has four fields (its history starts empty)."""
+        interval, etag, modified, chash, *rest = fields
+        history = History()
+        if rest:
+            history = History(int(rest[0]), int(rest[1]), float(rest[2]))
+        return cls(float(interval), etag, modified, chash, history)
 
     @classmethod
     def from_json(cls, data: str | bytes) -> Record:
-        interval, etag, modified, chash = json.loads(data)
-        return cls(float(interval), etag, modified, chash)
+        fields = json.loads(data)
+        if not isinstance(fields, list):
+            raise ValueError("a record is a JSON list")
+        return cls.from_fields(fields)
 
 
 def revisit_request(url: str, record: Record | None) -> Request:
@@ -289,7 +499,7 @@ def revisit_request(url: str, record: Record | None) -> Request:
         headers["If-Modified-Since"] = record.last_modified
     meta: dict[str, Any] = {"handle_httpstatus_list": [304]}
     if record is not None:
-        meta[RECRAWL_RECORD] = json.loads(record.to_json())
+        meta[RECRAWL_RECORD] = record.fields()
     return Request(url, headers=headers, meta=meta, dont_filter=True)
 
 
@@ -314,7 +524,7 @@ def next_visit(
     status = int(getattr(item, "status", 0) or 0)
     headers: Mapping[str, Sequence[str]] = getattr(item, "headers", None) or {}
     previous = getattr(item, RECRAWL_RECORD, None)
-    prev = Record(*previous) if isinstance(previous, list) else None
+    prev = Record.from_fields(previous) if isinstance(previous, list) else None
     chash = getattr(item, "content_hash", None)
     changed: bool | None = None
     if prev is not None:
@@ -325,21 +535,23 @@ def next_visit(
     hint = cache_hint(headers, now)
     if hint is None:
         hint = changefreq_hint(getattr(item, "changefreq", None), bounds)
-    visit = Visit(prev.interval if prev else None, changed, status, hint)
+    history = prev.history.add(prev.interval, changed) if prev else History()
+    visit = Visit(prev.interval if prev else None, changed, status, hint, history)
     interval = bounds.clamp(float(policy(visit, bounds)))
-    if status == 304 and prev is not None:
-        # Not modified: the validators and the content of the last 200 hold.
-        return url, Record(interval, prev.etag, prev.last_modified, prev.content_hash)
     if 200 <= status < 300:
         return url, Record(
             interval,
             _first(headers, "etag"),
             _first(headers, "last-modified"),
             chash[:HASH_CHARS] if chash else None,
+            history,
         )
-    # A failure: keep what the last good fetch left, for the next revisit.
+    # Not modified (the validators and the content of the last 200 hold), or
+    # a failure (keep what the last good fetch left, for the next revisit).
     if prev is not None:
-        return url, Record(interval, prev.etag, prev.last_modified, prev.content_hash)
+        return url, Record(
+            interval, prev.etag, prev.last_modified, prev.content_hash, history
+        )
     return url, Record(interval)
 
 
@@ -351,6 +563,8 @@ class RecrawlSchedule:
         self.keys = FrontierKeys(prefix)
         self._schedule = script(client, SCHEDULE_LUA)
         self._claim = script(client, CLAIM_LUA)
+        self._park = script(client, PARK_LUA)
+        self._load = script(client, LOAD_LUA)
 
     async def schedule(self, entries: Iterable[tuple[str, Record]]) -> int:
         args: list[Any] = []
@@ -370,6 +584,26 @@ class RecrawlSchedule:
             out.append((url, _record_or_none(url, data)))
         return out
 
+    async def park(self, urls: Sequence[str]) -> int:
+        if not urls:
+            return 0
+        keys = [self.keys.recrawl, self.keys.recrawl_data]
+        return int(await self._park(keys=keys, args=list(urls)))
+
+    async def load(self, entries: Iterable[tuple[str, int, str]]) -> int:
+        args: list[Any] = []
+        for url, due, record in entries:
+            args += [url, due, record]
+        if not args:
+            return 0
+        keys = [self.keys.recrawl, self.keys.recrawl_data]
+        return int(await self._load(keys=keys, args=args))
+
+    async def now_ms(self) -> int:
+        """Redis ``TIME`` in ms: the clock of every due time."""
+        seconds, micros = await self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
     async def size(self) -> int:
         return int(await self.client.zcard(self.keys.recrawl))
 
@@ -379,8 +613,8 @@ def _record_or_none(url: str, data: bytes | None) -> Record | None:
     by something else: the revisit then goes out unconditional, and its
     store rewrites a good record).
 
-    >>> _record_or_none("u", b'[1, null, null, null]')
-    Record(interval=1.0, etag=None, last_modified=None, content_hash=None)
+    >>> _record_or_none("u", b'[1, null, null, null]').interval
+    1.0
     >>> _record_or_none("u", b"{oops") is None
     True
     """
@@ -398,6 +632,7 @@ def bounds_from_settings(settings: Any) -> Bounds:
         settings.getfloat("RECRAWL_MIN_INTERVAL"),
         settings.getfloat("RECRAWL_DEFAULT_INTERVAL"),
         settings.getfloat("RECRAWL_MAX_INTERVAL"),
+        settings.getfloat("RECRAWL_GIVE_UP_INTERVAL"),
     )
     if not bounds.min <= bounds.default <= bounds.max:
         raise SettingsError(
@@ -421,7 +656,9 @@ class Recrawler:
     ``CLOSESPIDER_TIMEOUT`` or a signal ends it.
 
     Stats: ``recrawl/scheduled`` (next visits written), ``recrawl/revisits``
-    (due URLs claimed), ``recrawl/conditional`` (revisits with a validator).
+    (due URLs claimed), ``recrawl/conditional`` (revisits with a validator);
+    with a schedule store, ``recrawl/parked`` (next visits written to it)
+    and ``recrawl/loaded`` (moved from it into Redis).
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -438,6 +675,14 @@ class Recrawler:
         self.poll = s.getfloat("RECRAWL_POLL_INTERVAL")
         hold = max(self.bounds.min, s.getfloat("FRONTIER_LEASE_TIMEOUT"))
         self.hold_ms = int(hold * 1000)
+        self.window_ms = int(s.getfloat("RECRAWL_WINDOW") * 1000)
+        path = s.get("RECRAWL_SCHEDULE_STORE") or ""
+        self.store: ScheduleStore | None = (
+            build_from_crawler(load_object(path), crawler) if path else None
+        )
+        # The store's blocking calls, one at a time, off the reactor thread.
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="recrawl-store")
+        self._refill_due = 0.0  # monotonic time of the next refill
         self.schedule: RecrawlSchedule | None = None
         self._out: list[tuple[str, Record]] = []
         self._task: asyncio.Task[None] | None = None
@@ -461,10 +706,20 @@ class Recrawler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        with contextlib.suppress(*TRANSIENT_REDIS_ERRORS):
+        transient = (*TRANSIENT_REDIS_ERRORS, ConnectionError, TimeoutError)
+        with contextlib.suppress(*transient):
             await self._flush()
         if self.schedule is not None:
             await self.schedule.client.aclose()
+        if self.store is not None:
+            await self._in_thread(self.store.close)
+        self._executor.shutdown(wait=False)
+
+    async def _in_thread(self, call: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, functools.partial(call, *args)
+        )
 
     def _idle(self) -> None:
         raise DontCloseSpider
@@ -480,17 +735,57 @@ class Recrawler:
         assert self.schedule is not None
         while self._out:
             batch = self._out[:500]
-            await self.schedule.schedule(batch)
+            if self.store is None:
+                await self.schedule.schedule(batch)
+            else:
+                await self._split(batch)
             del self._out[: len(batch)]
             self._inc("recrawl/scheduled", len(batch))
+
+    async def _split(self, batch: list[tuple[str, Record]]) -> None:
+        """Next visits within the window into Redis, the others into the
+        schedule store (written there before they leave Redis)."""
+        assert self.schedule is not None and self.store is not None
+        near = [(u, r) for u, r in batch if r.interval * 1000 <= self.window_ms]
+        far = [(u, r) for u, r in batch if r.interval * 1000 > self.window_ms]
+        await self.schedule.schedule(near)
+        if far:
+            now = await self.schedule.now_ms()
+            entries = [(u, now + int(r.interval * 1000), r.to_json()) for u, r in far]
+            await self._in_thread(self.store.put, entries)
+            await self.schedule.park([u for u, _ in far])
+            self._inc("recrawl/parked", len(far))
+
+    async def _refill(self) -> None:
+        """Move what falls due within the window from the store into Redis
+        (every quarter window; until drained, at every poll)."""
+        assert self.schedule is not None and self.store is not None
+        if time.monotonic() < self._refill_due:
+            return
+        until = await self.schedule.now_ms() + self.window_ms
+        limit = max(self.batch_size, 100)
+        for _ in range(REFILL_BATCHES):
+            entries = await self._in_thread(self.store.due, until, limit)
+            await self.schedule.load(entries)
+            await self._in_thread(self.store.delete, [(u, d) for u, d, _ in entries])
+            self._inc("recrawl/loaded", len(entries))
+            if len(entries) < limit:
+                self._refill_due = time.monotonic() + self.window_ms / 4000
+                return
 
     async def _run(self) -> None:
         while not self._closing:
             try:
                 await self._flush()
+                if self.store is not None:
+                    await self._refill()
                 await self._feed()
             except TRANSIENT_REDIS_ERRORS as exc:
                 logger.warning("Recrawl schedule unreachable (%s)", type(exc).__name__)
+            except (ConnectionError, TimeoutError) as exc:
+                # The schedule store's transient failures (ScheduleStore):
+                # the batch stays in _out, the window waits; both retried.
+                logger.warning("Recrawl schedule store unreachable (%s)", exc)
             except ResponseError as exc:
                 # Redis refused a script (out of memory, a key of another
                 # type): log it and go on polling, as the scheduler does.

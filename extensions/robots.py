@@ -7,7 +7,8 @@ middleware is on: it replaces Scrapy's), ``ROBOTSTXT_PARSER``,
 ``ROBOTS_RETRY_INITIAL``, ``ROBOTS_RETRY_MAX``, ``ROBOTS_CRAWL_DELAY_MAX``,
 ``ROBOTS_SITEMAP_SEEDS``, ``ROBOTS_DOWN_AFTER``, ``SCHEDULER``,
 ``POLITENESS_MAX_DEFERRALS`` (only without the Redis frontier, see below),
-and through :mod:`extensions.connection` ``REDIS_URL``.
+``FRONTIER_PARTITIONS`` (where a host's record lives), and through
+:mod:`extensions.connection` ``REDIS_URL``.
 
 While a host's robots.txt is unreachable (5xx, 429, no connection) its
 requests wait in the frontier, however long that lasts (RFC 9309 2.3.1.3:
@@ -41,7 +42,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 
 from extensions import config, defaults, keys, meta
 from extensions.connection import async_client, retry_redis
-from extensions.failures import DNS_ERRORS
+from extensions.failures import DNS_ERRORS, DOWNLOAD_ERRORS
 from extensions.hosts import (
     Deferral,
     HostDown,
@@ -208,6 +209,7 @@ class SharedRobotsTxtMiddleware:
                 "middleware replaces Scrapy's (or set ROBOTS_ENABLED=False)"
             )
         self.crawler = crawler
+        self.partitions = s.getint("FRONTIER_PARTITIONS")
         self.user_agent = str(
             s.get("ROBOTSTXT_USER_AGENT")
             or s.get("USER_AGENT")
@@ -252,7 +254,7 @@ class SharedRobotsTxtMiddleware:
 
     @property
     def records(self) -> HostRecords:
-        return HostRecords(self.client, self.prefix)
+        return HostRecords(self.client, self.prefix, self.partitions)
 
     @property
     def fetch_lock(self) -> TokenLock:
@@ -330,7 +332,7 @@ class SharedRobotsTxtMiddleware:
         raw = await self.client.hgetall(keys.robots(self.prefix, hostkey))
         if not raw or b"status" not in raw:
             return None
-        now_ms = await server_now_ms(self.client)
+        now_ms = await server_now_ms(self.client, keys.robots(self.prefix, hostkey))
         expires_ms = int(raw.get(b"expires", b"0"))
         body = raw.get(b"body", b"")
         body = body.encode() if isinstance(body, str) else bytes(body)
@@ -417,7 +419,9 @@ class SharedRobotsTxtMiddleware:
             # lets us treat the file as unavailable.
             logger.debug("robots.txt of %s ignored: %s", hostkey, exc)
             status, body = 404, b""
-        except Exception as exc:
+        except DOWNLOAD_ERRORS as exc:
+            # What a download fails with; anything else is a bug and surfaces
+            # (it used to be taken for an unreachable file, parking the host).
             logger.info("robots.txt of %s unreachable: %s", hostkey, exc)
             stats.inc_value(f"robotstxt/exception_count/{type(exc).__name__}")
             dns = isinstance(exc, DNS_ERRORS)

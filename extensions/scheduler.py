@@ -1,7 +1,7 @@
 """A Scrapy scheduler whose queue is the shared Redis frontier.
 
 Settings read (defaults in :mod:`extensions.defaults`): ``FRONTIER_BATCH_SIZE``,
-``FRONTIER_BUFFER_SIZE``, ``FRONTIER_LEASE_TIMEOUT``,
+``FRONTIER_BUFFER_SIZE``, ``FRONTIER_LEASE_TIMEOUT``, ``FRONTIER_PARTITIONS``,
 ``FRONTIER_HEARTBEAT_INTERVAL``, ``FRONTIER_PRIORITY_FUNCTION``,
 ``SCHEDULER_PERSIST``, ``SCHEDULER_FLUSH_ON_START``, ``REDIS_RETRY_INITIAL``,
 ``REDIS_RETRY_MAX``, ``DOWNLOAD_DELAY``, ``BACKOFF_QUIET_PERIOD``,
@@ -78,7 +78,7 @@ from extensions.connection import (
 )
 from extensions.dlq import DeadLetter, DeadLetters, dead_letter
 from extensions.failures import DELAY_META
-from extensions.frontier import Frontier, QueuedRequest, Spilled, Worker
+from extensions.frontier import PartitionedFrontier, QueuedRequest, Spilled, Worker
 from extensions.hosts import host_key
 from extensions.scoring import LocalHostCounts
 from extensions.scripts import server_now_ms
@@ -179,6 +179,7 @@ class RedisScheduler(BaseScheduler):
         buffer_size = s.getint("FRONTIER_BUFFER_SIZE")
         self.buffer_size = buffer_size or 2 * s.getint("CONCURRENT_REQUESTS", 16)
         self.lease_timeout = s.getfloat("FRONTIER_LEASE_TIMEOUT")
+        self.partitions = s.getint("FRONTIER_PARTITIONS")
         self.heartbeat = s.getfloat("FRONTIER_HEARTBEAT_INTERVAL")
         self.persist = s.getbool("SCHEDULER_PERSIST")
         self.flush_on_start = s.getbool("SCHEDULER_FLUSH_ON_START")
@@ -199,7 +200,7 @@ class RedisScheduler(BaseScheduler):
         self.worker = worker_id()
         self.stats = crawler.stats
         self.spider: Spider | None = None
-        self.frontier: Frontier | None = None
+        self.frontier: PartitionedFrontier | None = None
         self.dlq: DeadLetters | None = None
         self._dead: list[DeadLetter] = []
         # Redirects announced in request_scheduled, not yet enqueued: a
@@ -245,9 +246,10 @@ class RedisScheduler(BaseScheduler):
         """Open the frontier and the dupefilter; start the background task."""
         self.spider = spider
         self.client = async_client(self.crawler)
-        self.frontier = Frontier(
+        self.frontier = PartitionedFrontier(
             self.client,
             spider.name,
+            self.partitions,
             Worker(
                 self.worker,
                 int(self.lease_timeout * 1000),
@@ -256,8 +258,12 @@ class RedisScheduler(BaseScheduler):
                 self.spill.refill_below,
             ),
         )
-        self.spill.open([self.frontier])
-        self.dlq = DeadLetters(self.client, spider.name)
+        # Each partition caps and refills its own hosts.
+        frontier = self.frontier
+        self.spill.open(
+            frontier.parts, lambda host: frontier.part(frontier.partition_of(host))
+        )
+        self.dlq = DeadLetters(self.client, spider.name, self.partitions)
         sig = self.crawler.signals
         sig.connect(self._on_request_dead, signal=request_dead)
         sig.connect(self._on_request_scheduled, signal=signals.request_scheduled)
@@ -268,6 +274,9 @@ class RedisScheduler(BaseScheduler):
         sig.connect(self._on_request_dropped, signal=signals.request_dropped)
         if self.flush_on_start:
             await self._retrying(self._flush_keys)
+        # A crawl keeps the partition count it was started with (the same
+        # host in two partitions would have two locks).
+        await self._retrying(self.frontier.pin)
         await _maybe_await(self.dupefilter.open())
         logger.info(
             "Frontier %r opened as worker %s (persist=%s)",
@@ -436,7 +445,13 @@ class RedisScheduler(BaseScheduler):
     async def _run(self) -> None:
         while not self._closing:
             try:
+                pending = self.has_pending_requests()
                 await self._step()
+                if pending and not self.has_pending_requests():
+                    # The last ack went out, or the fleet's last lease ended:
+                    # let the engine see the idle spider now, not at its
+                    # next 5 s heartbeat (the idle time runs from here).
+                    self._wake_engine()
                 if self._redis_down_since is not None:
                     logger.warning(
                         "Redis is reachable again after %.1fs",
@@ -721,19 +736,19 @@ class RedisScheduler(BaseScheduler):
             self.stats.inc_value("scheduler/reclaimed", batch.reclaimed)
             logger.info("Reclaimed %s expired leases", batch.reclaimed)
         self._poisoned(batch.poisoned)
-        bad: list[tuple[str, str, bytes, str]] = []
+        bad: list[tuple[str, bytes, str]] = []
         for lease, member in batch.leases:
             try:
                 request = request_from_bytes(member, self.spider)
             except CorruptEntry as exc:
-                bad.append((self.frontier.keys.lease_data, lease, member, str(exc)))
+                bad.append((lease, member, str(exc)))
                 continue
             self._buffer.append((lease, request))
         if bad:
             # Set aside before the leases end: if this fails, the leases
             # expire and the entries come back to be judged again.
-            await self.frontier.quarantine(bad)
-            self._acks.extend(lease for _, lease, _, _ in bad)
+            await self.frontier.quarantine_leases(bad)
+            self._acks.extend(lease for lease, _, _ in bad)
             self._poisoned(len(bad))
         now = time.monotonic()
         if batch.leases:
@@ -785,7 +800,7 @@ class RedisScheduler(BaseScheduler):
                 "Moved %s malformed frontier entries to %s (reported once; "
                 "counted in scheduler/poison)",
                 n,
-                self.frontier.keys.poison,
+                ", ".join(self.frontier.poison_keys),
             )
             self._warned_poison = True
 
@@ -796,7 +811,7 @@ class RedisScheduler(BaseScheduler):
         self.stats.set_value("frontier/waiting_urls", waiting.urls)
         self.stats.set_value("frontier/waiting_hosts", waiting.hosts)
         if waiting.urls:
-            now = await server_now_ms(self.client)
+            now = await server_now_ms(self.client, self.frontier.keys.ready)
             due_in = max(0.0, (waiting.next_due_ms - now) / 1000)
             self.stats.set_value("frontier/next_due_in_s", round(due_in, 1))
             logger.info(
@@ -843,28 +858,35 @@ class RedisScheduler(BaseScheduler):
                 await asyncio.sleep(self._redis_failed(exc))
 
     def _wake_engine(self) -> None:
-        """Ask the engine to poll the scheduler now.
-
-        The engine polls after each response and every 5 s (its heartbeat);
-        requests that arrive from Redis in between would wait for that
-        heartbeat. Scrapy has no public call for an earlier poll, so this
-        schedules the engine's own next call (``ExecutionEngine._slot.nextcall``,
-        private): the one place webcrawl touches Scrapy's insides. Should a
-        Scrapy release rename it, requests wait for the heartbeat (slower,
-        never wrong) and this says so once.
-        """
-        try:
-            engine = self.crawler.engine
-        except RuntimeError:  # not crawling (yet): nothing to wake
-            return
-        if engine is None:
-            return
-        nextcall = getattr(getattr(engine, "_slot", None), "nextcall", None)
-        if nextcall is not None:
-            nextcall.schedule()
-        elif not self._wake_warned:
+        """Ask the engine to poll the scheduler now (:func:`wake_engine`)."""
+        if not wake_engine(self.crawler) and not self._wake_warned:
             self._wake_warned = True
             logger.warning(
                 "This Scrapy's engine has no _slot.nextcall: requests leased "
                 "from Redis wait for the engine's heartbeat (up to 5 s)"
             )
+
+
+def wake_engine(crawler: Crawler) -> bool:
+    """Ask the engine to poll the scheduler now; False if it cannot be asked.
+
+    The engine polls after each response and every 5 s (its heartbeat), and
+    only then asks an idle spider whether to close: requests that arrive
+    from Redis in between, or an idle time that ends in between, would wait
+    for that heartbeat. Scrapy has no public call for an earlier poll, so this
+    schedules the engine's own next call (``ExecutionEngine._slot.nextcall``,
+    private): the one place webcrawl touches Scrapy's insides. Should a
+    Scrapy release rename it, the engine waits for its heartbeat (slower,
+    never wrong). True when there is no engine to wake (not crawling).
+    """
+    try:
+        engine = crawler.engine
+    except RuntimeError:  # not crawling (yet): nothing to wake
+        return True
+    if engine is None:
+        return True
+    nextcall = getattr(getattr(engine, "_slot", None), "nextcall", None)
+    if nextcall is None:
+        return False
+    nextcall.schedule()
+    return True

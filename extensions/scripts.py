@@ -9,7 +9,17 @@ domain exception.
 Times in records and leases are epoch milliseconds of the Redis server clock
 (``TIME``), never of a worker's clock, so the whole fleet shares one clock:
 Lua scripts include :data:`LUA_NOW_MS` and call ``now_ms()``; Python reads the
-same clock with :func:`server_now_ms`.
+same clock with :func:`server_now_ms`. On a Redis Cluster each master has its
+own clock: a time is compared only with times of its own slot (its script
+reads it there, and :func:`server_now_ms` reads the clock of a key's master).
+
+Scripts on a cluster: redis-py runs a registered script by ``EVALSHA``
+routed to the master of its first key; every other key it touches shares
+that key's hash tag. A master that never saw the script (a replica promoted
+after a failover, a restarted node) answers ``NOSCRIPT``; the script is then
+loaded on that master (:class:`_ClusterScript`; on a plain Redis, redis-py's
+``AsyncScript`` does the same) and run again, so a script survives a
+failover.
 
 Settings read: none.
 """
@@ -17,11 +27,16 @@ Settings read: none.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
+
+from redis.asyncio.cluster import RedisCluster
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
     import redis.asyncio as aredis
-    from redis.commands.core import AsyncScript
 
 # The Redis server clock in epoch ms. ``replicate_commands`` lets a script
 # write after reading the non-deterministic ``TIME`` on Redis < 5 (a no-op
@@ -39,16 +54,93 @@ _REGISTERED: weakref.WeakKeyDictionary[aredis.Redis, dict[str, AsyncScript]] = (
 )
 
 
+class _ClusterScript(AsyncScript):
+    """A script on a cluster client that, on ``NOSCRIPT``, loads itself on
+    the master of its first key only.
+
+    redis-py's own ``AsyncScript`` sends ``SCRIPT LOAD`` to every master it
+    knows; just after a failover that list still holds the dead master, and
+    the load fails (seen: a ``ConnectionError``, and redis-py 8.1's
+    ``AttributeError`` on a connection closed under it), so the page whose
+    duplicate check ran the script was lost. The master that answered
+    ``NOSCRIPT`` is alive: load it there.
+    """
+
+    async def __call__(
+        self,
+        keys: Sequence[Any] | None = None,
+        args: Iterable[Any] | None = None,
+        client: Any = None,
+    ) -> Any:
+        cluster = cast(
+            "RedisCluster", client if client is not None else self.registered_client
+        )
+        keys, args = list(keys or []), list(args or [])
+        for _attempt in range(2):
+            try:
+                return await cluster.evalsha(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                # The slot may move between the load and the call: once more.
+                node = cluster.get_node_from_key(keys[0]) if keys else None
+                await cluster.execute_command(
+                    "SCRIPT LOAD", self.script, target_nodes=node
+                )
+        return await cluster.evalsha(self.sha, len(keys), *keys, *args)
+
+
 def script(client: aredis.Redis, source: str) -> AsyncScript:
-    """``client.register_script(source)``, registered once per client."""
+    """``client.register_script(source)``, registered once per client (on a
+    cluster client, a script that reloads itself on one master)."""
     registered = _REGISTERED.setdefault(client, {})
     found = registered.get(source)
     if found is None:
-        found = registered[source] = client.register_script(source)
+        found = registered[source] = (
+            _ClusterScript(client, source)
+            if isinstance(client, RedisCluster)
+            else client.register_script(source)
+        )
     return found
 
 
-async def server_now_ms(client: aredis.Redis) -> int:
-    """The Redis server clock in epoch ms (the clock of every stored time)."""
-    sec, usec = await client.time()
+async def server_now_ms(client: aredis.Redis, near: str | None = None) -> int:
+    """The Redis server clock in epoch ms (the clock of every stored time);
+    on a cluster, the clock of the master that holds key ``near`` (the one
+    whose scripts stamped the times it is compared with)."""
+    if near is not None and isinstance(client, RedisCluster):
+        await client.initialize()  # the slot map (a no-op once read)
+        node = client.get_node_from_key(near)
+        sec, usec = await client.time(target_nodes=node)
+    else:
+        sec, usec = await client.time()
     return int(sec) * 1000 + int(usec) // 1000
+
+
+async def run_pipelined(
+    client: aredis.Redis,
+    calls: Sequence[tuple[AsyncScript, Sequence[Any], Sequence[Any]]],
+) -> list[Any]:
+    """Run each (script, keys, args) in one pipelined round trip (one per
+    master on a cluster); the results in order.
+
+    redis-py's cluster pipeline refuses a script object's ``evalsha``, so
+    there the calls go as raw ``EVALSHA`` (routed by the first key); a call
+    a master answers ``NOSCRIPT`` (it never saw the script: a promoted
+    replica) did not run, and runs again alone through the script object,
+    which loads it. The other calls ran once: nothing runs twice.
+    """
+    if not isinstance(client, RedisCluster):
+        async with client.pipeline(transaction=False) as pipe:
+            for run, keys, args in calls:
+                await run(keys=keys, args=args, client=pipe)
+            return list(await pipe.execute())
+    async with client.pipeline(transaction=False) as pipe:
+        for run, keys, args in calls:
+            pipe.execute_command("EVALSHA", run.sha, len(keys), *keys, *args)
+        results = list(await pipe.execute(raise_on_error=False))
+    for i, result in enumerate(results):
+        if isinstance(result, NoScriptError):
+            run, keys, args = calls[i]
+            results[i] = await run(keys=keys, args=args)
+        elif isinstance(result, Exception):
+            raise result
+    return results

@@ -29,6 +29,7 @@ from twisted.python.failure import Failure
 from extensions import config, defaults, keys
 from extensions.connection import async_client, retry_redis
 from extensions.hosts import host_key, script
+from extensions.scripts import run_pipelined
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -47,10 +48,16 @@ _TOKEN = re.compile(r"^([0-9a-fA-F]{16,}|[A-Za-z0-9]{24,})$")
 
 
 class TrapFiltered(IgnoreRequest):
-    """A request refused by a trap limit; ``reason`` names the limit."""
+    """A request refused by a trap limit; ``reason`` names the limit.
 
-    def __init__(self, reason: str, detail: str) -> None:
+    ``dead_letter`` False: the refusal is recorded in the page store only (a
+    filtered record), not in the dead-letter queue, whose entries live in
+    Redis memory: a trap budget may refuse millions of URLs.
+    """
+
+    def __init__(self, reason: str, detail: str, *, dead_letter: bool = True) -> None:
         self.reason = reason
+        self.dead_letter = dead_letter
         super().__init__(f"{reason}: {detail}")
 
 
@@ -153,10 +160,14 @@ class TrapFilter:
     distinct query strings per host and path, where a calendar's dated paths,
     ``/calendar/2024/01``, and session ids in the path, ``/s/<token>/x`` or
     ``;jsessionid=``, count as variants of one path: see
-    :func:`path_template`). A budget refusal is
-    counted and logged once per host or path, but gets no per-URL record: a
-    URL admitted before the budget filled cannot be told apart, and its
-    record would overwrite the stored page.
+    :func:`path_template`). A budget refusal is counted, logged once per
+    host or path, and goes to the request's errback like the others, with
+    ``dead_letter=False``: the spider records it as a *filtered record* in
+    the page store (disk, not Redis memory: a facet explosion can refuse
+    millions of URLs, each at most once per linking page, so at most
+    ``MAX_OUTLINKS_PER_PAGE`` per fetched page), which the store writes only
+    where the page has no record: a URL admitted before the budget filled
+    (a HyperLogLog cannot tell it apart) keeps its stored page.
 
     ``MAX_OUTLINKS_PER_PAGE``: requests of one response past the cap are
     dropped and counted (``traps/outlinks_dropped``), without records.
@@ -291,9 +302,11 @@ class TrapFilter:
                 yield request
                 continue
             reason = BUDGET_REASONS[int(verdict)]
-            self._count(reason)
             host = host_key(request.url)
             key = host if reason == "host_budget" else host + urlsplit(request.url).path
+            refused = TrapFiltered(reason, f"{key} is full", dead_letter=False)
+            for out in self._refuse(request, refused):
+                yield out
             if key not in self._full_logged:
                 self._full_logged.add(key)
                 logger.info(
@@ -305,26 +318,28 @@ class TrapFilter:
     async def _admit(self, batch: list[Request]) -> list[Any]:
         """One pipelined round trip: the budget script's verdict per request."""
         admit = script(self.client, ADMIT_SCRIPT)
-        async with self.client.pipeline(transaction=False) as pipe:
-            for request in batch:
-                host = host_key(request.url)
-                parts = urlsplit(request.url)
-                template = path_template(parts.path)
-                path = template or parts.path
-                variant = (
-                    parts.path + ("?" + parts.query if parts.query else "")
-                    if template
-                    else parts.query
-                )
-                await admit(
-                    keys=[
+        calls = []
+        for request in batch:
+            host = host_key(request.url)
+            parts = urlsplit(request.url)
+            template = path_template(parts.path)
+            path = template or parts.path
+            variant = (
+                parts.path + ("?" + parts.query if parts.query else "")
+                if template
+                else parts.query
+            )
+            calls.append(
+                (
+                    admit,
+                    [
                         keys.trap_pages(self.prefix, host),
                         keys.trap_variants(self.prefix, host, path),
                     ],
-                    args=[request.url, self.host_max_pages, variant, self.max_variants],
-                    client=pipe,
+                    [request.url, self.host_max_pages, variant, self.max_variants],
                 )
-            return list(await pipe.execute())
+            )
+        return await run_pipelined(self.client, calls)
 
 
 SPIDER_MIDDLEWARES: dict[str, int | None] = {

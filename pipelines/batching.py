@@ -54,6 +54,41 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _HTML_TYPES = ("html", "xml")
+# The most header bytes (names and values) a non-HTML record keeps: a
+# server's usual dozen headers fit many times over, while one that sends
+# megabytes of them (a hostile server may) cannot bloat the store.
+HEADERS_MAX_BYTES = 8192
+# Left out of stored headers: a session secret of the crawled site, and no
+# metadata of the document.
+_UNSTORED_HEADERS = frozenset({"set-cookie", "set-cookie2"})
+
+
+def stored_headers(
+    headers: dict[str, list[str]], max_bytes: int = HEADERS_MAX_BYTES
+) -> list[list[str]]:
+    """The ``[name, value]`` pairs a metadata record keeps of ``headers``:
+    names lower-cased, in order, ``Set-Cookie`` left out, and only while
+    names and values add up to ``max_bytes`` (a header that would pass it
+    is dropped, and so are the ones after it).
+
+    >>> stored_headers({"Content-Type": ["application/pdf"],
+    ...                 "Set-Cookie": ["sid=1"], "Link": ["<a>", "<b>"]})
+    [['content-type', 'application/pdf'], ['link', '<a>'], ['link', '<b>']]
+    >>> stored_headers({"A": ["x" * 10], "B": ["y" * 10]}, max_bytes=12)
+    [['a', 'xxxxxxxxxx']]
+    """
+    pairs: list[list[str]] = []
+    size = 0
+    for name, values in headers.items():
+        key = name.lower()
+        if key in _UNSTORED_HEADERS:
+            continue
+        for value in values:
+            size += len(key) + len(value)
+            if size > max_bytes:
+                return pairs
+            pairs.append([key, value])
+    return pairs
 
 
 @dataclass
@@ -148,6 +183,8 @@ def prepare_page(
         "duplicate_distance": None,
         "has_content": False,
         "worker": item.worker,
+        "headers": None,
+        "filtered": item.filtered,
     }
     page = PreparedPage(item, page_id, meta)
     if item.error or not body:
@@ -178,7 +215,10 @@ def prepare_page(
         if ex.noindex:
             return page
     else:
+        # Not HTML (a PDF, an image...): a metadata record, whose headers
+        # are most of what is known of it.
         meta["encoding"] = item.encoding
+        meta["headers"] = stored_headers(headers)
         page.content_hash = hashlib.sha256(body).hexdigest()
     meta["content_hash"] = page.content_hash
     meta["simhash"] = f"{page.simhash:016x}" if page.simhash is not None else None

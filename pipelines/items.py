@@ -31,6 +31,10 @@ class PageItem:
     scheduled (from ``crawler.request_fingerprinter``): the store derives its
     document ids from it, so a re-fetch replaces rather than duplicates.
 
+    ``filtered`` is the trap limit that refused the URL before any request
+    (a filtered record: never fetched, ``error`` says why); the store never
+    lets it replace a stored page.
+
     ``extracted`` is what :func:`pipelines.processing.extract` found in
     ``body`` when the spider already parsed it (links, robots directives):
     the pipeline then uses it instead of parsing the page again. It lives in
@@ -55,3 +59,4 @@ class PageItem:
     recrawl: list[object] | None = None
     changefreq: str | None = None
     content_hash: str | None = None
+    filtered: str | None = None

@@ -4,6 +4,9 @@
 line each, oldest first: when it was fetched (UTC), the status, whether the
 content changed, the content hash. ``--version N`` prints the N-th earlier
 content of a page that changed (1: the one before the stored one).
+``--headers`` prints the response headers a non-HTML record keeps (a PDF,
+an image...), one ``name: value`` line each; the ``--meta`` JSON has them
+too, as ``[name, value]`` pairs.
 
 Settings read: those of :mod:`pipelines.stores` (``PAGE_STORE``,
 ``MONGO_URI``, ``MONGO_DATABASE``, ``SQLITE_PATH``, ``WEBCRAWL_HOME``): from
@@ -86,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         help="print the page's visits: fetched at, status, changed, content hash",
     )  # fmt: skip
     parser.add_argument(
+        "--headers", action="store_true",
+        help="print the response headers of a non-HTML record, one per line",
+    )  # fmt: skip
+    parser.add_argument(
         "--version", type=int, default=0, metavar="N",
         help="print the N-th earlier content of a changed page (1: the last one)",
     )  # fmt: skip
@@ -114,6 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.history:
         for line in history_lines(page.metadata.get("history") or []):
             print(line)
+        return 0
+    if args.headers:
+        headers = page.metadata.get("headers")
+        if headers is None:
+            print(f"no headers stored for {args.url} (an HTML page or a failure)",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+        for name, value in headers:
+            print(f"{name}: {value}")
         return 0
     if args.version > 0:
         versions = get_versions(args.url, settings)

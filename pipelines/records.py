@@ -4,7 +4,8 @@
 One flat record per page: the stored metadata, minus the store's
 bookkeeping (:data:`INTERNAL_FIELDS`), plus the extracted ``text``; the body
 (decoded with the page's encoding) only when asked. Never a lease token, raw
-headers or bytes: every value is a string, a number, a bool or None, so the
+headers (a non-HTML record's are shown by ``python -m pipelines.read
+--headers``) or bytes: every value is a string, a number, a bool or None, so the
 JSON, JSON lines, CSV and XML exporters all take it and every record has the
 same fields in the same order (CSV takes its header from the first record).
 """
@@ -24,6 +25,7 @@ INTERNAL_FIELDS = frozenset(
         "compression_ratio",
         "has_content",
         "history",  # a list: not a flat value (python -m pipelines.read --history)
+        "headers",  # a list too (python -m pipelines.read --headers)
     }
 )
 # The fields of a record, in order: "id" (the page id, the store's _id) first.

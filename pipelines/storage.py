@@ -241,6 +241,8 @@ class StoragePipeline:
         if meta["status"] == NOT_MODIFIED:
             # A revisit's 304: a visit, not a failed page (no body is normal).
             self._inc("storage/pages/not_modified")
+        elif meta["filtered"]:
+            self._inc("storage/pages/filtered")
         elif meta["error"] or not meta["size"]:
             self._inc("storage/pages/failed")
         if meta["noindex"]:

@@ -81,6 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
         "on average, a quarter every 10 x PERIOD s, half never (default 0: off)",
     )
     p.add_argument(
+        "--change-profile",
+        choices=("classes", "measured", "loguniform"),
+        default="classes",
+        help="the spread of change rates (sandbox.changes): classes (as above), "
+        "measured (Cho and Garcia-Molina's measured spread, PERIOD = one day), "
+        "loguniform (1/24 to 365 PERIODs)",
+    )
+    p.add_argument(
         "--max-seconds",
         type=float,
         default=0.0,
@@ -108,6 +116,7 @@ def spec_from_args(args: argparse.Namespace) -> SiteSpec:
         crawl_delay_hosts=delays,
         features=frozenset(features),
         change_period=args.change_period,
+        change_profile=args.change_profile,
     )
 
 

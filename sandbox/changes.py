@@ -1,8 +1,24 @@
 """Pages that change: a seeded Poisson process per page (``--change-period``).
 
-Each page falls in one change class by a stable hash of (seed, host, path):
-half the pages never change, a quarter change on average every
-``10 * period`` seconds ("slow"), a quarter every ``period`` seconds ("fast").
+Each page falls in one change class by a stable hash of (seed, host, path).
+Two profiles (sets of classes):
+
+* ``classes`` (the sandbox's): half the pages never change, a quarter change
+  on average every ``10 * period`` seconds ("slow"), a quarter every
+  ``period`` seconds ("fast").
+* ``measured``: the spread Cho and Garcia-Molina measured over 720,000 pages
+  fetched daily for four months ("The evolution of the web and implications
+  for an incremental crawler", VLDB 2000, their Figure 2, all domains, as
+  read from the figure): 23 % changed at least daily, 15 % between daily and
+  weekly, 16 % weekly to monthly, 16 % monthly to every 4 months, 30 % not
+  in 4 months. With ``period`` one day, a page of a class has its mean
+  change interval drawn log-uniform over the class's range (1 hour-1 day,
+  1-7 days, 7-30, 30-120; the last class never changes): rates spread over
+  three orders of magnitude, and a share of static pages.
+* ``loguniform``: no static pages, every page's mean change interval
+  log-uniform from 1 hour to 1 year (``period`` one day): the widest spread,
+  used by the benchmark's ceiling table only.
+
 A page's changes are a Poisson process of that rate: exponential gaps drawn
 from a generator seeded by the page, so every process that builds the same
 model with the same start time sees the same change times. A page's content
@@ -24,14 +40,28 @@ import random
 
 from sandbox.site import stable_hash
 
-# (share of pages, mean seconds between changes as a multiple of the period;
-# 0: never changes), assigned by hash in this order.
-CLASSES: tuple[tuple[str, int, float], ...] = (
-    ("static", 2, 0.0),
-    ("slow", 1, 10.0),
-    ("fast", 1, 1.0),
+# (name, share of pages, mean time between changes as a multiple of the
+# period: drawn log-uniform from [low, high]; 0: never changes), assigned by
+# hash in this order.
+Classes = tuple[tuple[str, int, float, float], ...]
+CLASSES: Classes = (
+    ("static", 2, 0.0, 0.0),
+    ("slow", 1, 10.0, 10.0),
+    ("fast", 1, 1.0, 1.0),
 )
-_WEIGHT = sum(w for _, w, _ in CLASSES)
+MEASURED: Classes = (
+    ("hourly-daily", 23, 1 / 24, 1.0),
+    ("daily-weekly", 15, 1.0, 7.0),
+    ("weekly-monthly", 16, 7.0, 30.0),
+    ("monthly-4months", 16, 30.0, 120.0),
+    ("static", 30, 0.0, 0.0),
+)
+LOGUNIFORM: Classes = (("hourly-yearly", 1, 1 / 24, 365.0),)
+PROFILES: dict[str, Classes] = {
+    "classes": CLASSES,
+    "measured": MEASURED,
+    "loguniform": LOGUNIFORM,
+}
 
 
 class ChangeModel:
@@ -47,29 +77,50 @@ class ChangeModel:
     True
     """
 
-    def __init__(self, seed: int, period: float, start: float) -> None:
+    def __init__(
+        self, seed: int, period: float, start: float, profile: str = "classes"
+    ) -> None:
         if period <= 0:
             raise ValueError("the change period must be > 0")
         self.seed = seed
         self.period = period
         self.start = start
+        if profile not in PROFILES:
+            raise ValueError(f"change profile must be one of {sorted(PROFILES)}")
+        self.classes = PROFILES[profile]
+        self._weight = sum(w for _, w, _, _ in self.classes)
         self._times: dict[tuple[int, str], list[float]] = {}
         self._rngs: dict[tuple[int, str], random.Random] = {}
 
     def kind(self, i: int, path: str) -> str:
-        """The change class of a page: "static", "slow" or "fast"."""
-        pick = stable_hash(self.seed, "changes", i, path) % _WEIGHT
-        for name, weight, _ in CLASSES:
-            if pick < weight:
-                return name
-            pick -= weight
+        """The change class of a page ("static", "slow" or "fast" in the
+        ``classes`` profile)."""
+        return self._class(i, path)[0]
+
+    def _class(self, i: int, path: str) -> tuple[str, int, float, float]:
+        pick = stable_hash(self.seed, "changes", i, path) % self._weight
+        for entry in self.classes:
+            if pick < entry[1]:
+                return entry
+            pick -= entry[1]
         raise AssertionError("unreachable")
 
     def rate(self, i: int, path: str) -> float:
-        """Mean changes per second of a page (0: never changes)."""
-        kind = self.kind(i, path)
-        mult = next(m for name, _, m in CLASSES if name == kind)
-        return 1.0 / (mult * self.period) if mult else 0.0
+        """Mean changes per second of a page (0: never changes).
+
+        >>> m = ChangeModel(1, 86400.0, 0.0, "measured")
+        >>> rates = [m.rate(0, f"/p{k}") for k in range(2000)]
+        >>> abs(sum(r == 0 for r in rates) / 2000 - 0.30) < 0.03
+        True
+        >>> 1 / max(rates) >= 3600 and 1 / min(r for r in rates if r) <= 120 * 86400
+        True
+        """
+        _, _, low, high = self._class(i, path)
+        if not low:
+            return 0.0
+        u = (stable_hash(self.seed, "spread", i, path) % 2**32) / 2**32
+        mult = low * (high / low) ** u
+        return 1.0 / (mult * self.period)
 
     def change_times(self, i: int, path: str, until: float) -> list[float]:
         """The page's change times (absolute, seconds) up to at least ``until``."""

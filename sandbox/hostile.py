@@ -41,6 +41,10 @@ failures       ``/fail/links.html`` links hosts whose names do not resolve
                RETRY_LATER_SECONDS`` the first time (per server run), then
                200; ``/fail/throttled.html``: always 429 with ``Retry-After: 1``;
                ``/fail/offsite.html`` -302-> ``OFFSITE_URL`` (out of scope)
+ssrf           ``/ssrf/link.html`` links ``PRIVATE_LINK`` and ``/ssrf/redirect.html``
+               -302-> ``PRIVATE_REDIRECT``: names in the crawl's scope that
+               :mod:`sandbox.resolver` resolves to 127.0.0.2 (the SSRF guard's
+               corner; crawl with ``ADDRESS_ALLOWLIST=127.0.0.1/32``)
 content        ``/content/label-base64.html`` (``charset=base64`` in the header)
                and ``/content/label-rot13.html`` (``<meta charset=rot13>``),
                UTF-8 really, each linking ``/content/reached-<label>.html``;
@@ -48,6 +52,14 @@ content        ``/content/label-base64.html`` (``charset=base64`` in the header)
                a PNG, a zip and an extensionless ``application/octet-stream``
 manylinks      ``/many/links.html``: ``MANY_LINKS`` (100,000) links to
                ``/many/<N>.html`` (404), ~4 MB of HTML
+hostdown       ``/hostdown/links.html`` links ``HOST_DOWN_LINKS`` (40) pages of
+               the host that is down (``DOWN_HOST``: refused), for a
+               per-host bound on a server that stays down
+unparseable    ``UNPARSEABLE_PATHS``: ``/unparseable/gzip.html`` (``Content-Encoding:
+               gzip``, a gzip header over a corrupt deflate stream),
+               ``/unparseable/not-gzip.html`` (``gzip`` over plain bytes) and
+               ``/unparseable/br.html`` (``br`` over bytes no brotli decoder
+               takes): a response nobody can decode, the same every time
 etag           every page gets ``ETag``/``Last-Modified``; ``If-None-Match`` /
                ``If-Modified-Since`` get a 304 (see ``Site.page_response``)
 =============  =================================================================
@@ -82,6 +94,18 @@ BOMB_PATHS: dict[str, str] = {
     "/bomb-deflate.html": "deflate",
     "/bomb-br.html": "br",
 }
+# path -> (Content-Encoding, body) of the responses that do not decode.
+UNPARSEABLE_PATHS = {
+    "/unparseable/gzip.html": (
+        "gzip",
+        b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + b"\xff" * 64,
+    ),
+    "/unparseable/not-gzip.html": (
+        "gzip",
+        b"<html><body>plain, not gzip</body></html>",
+    ),
+    "/unparseable/br.html": ("br", b"\xff\xff\xff\xff not a brotli stream"),
+}
 HUGE_SIZE = 20 * 1024**2
 NEAR_CHANGED_WORDS = 3
 CALENDAR_START = "/calendar/2024/01"
@@ -95,7 +119,11 @@ LONG_CHAIN = 30
 RETRY_LATER_SECONDS = 5
 UNRESOLVABLE_HOSTS = ("gone-1.nxdomain.sandbox.test", "gone-2.nxdomain.sandbox.test")
 DOWN_HOST = "down.sandbox.test:1"
+HOST_DOWN_LINKS = 40
 OFFSITE_URL = "http://elsewhere.example/"
+# The ssrf feature's targets (":{port}" filled in by the server's port).
+PRIVATE_LINK = "http://internal.private.sandbox.test:{port}/"
+PRIVATE_REDIRECT = "http://metadata.private.sandbox.test:{port}/latest/meta-data/"
 RETRY_AFTER_DATE_SECONDS = 3
 SAMPLE_LATIN = "Café “naïve” résumé — 5 € à la carte"
 SAMPLE_JAPANESE = "日本語のページです。こんにちは、世界"
@@ -154,6 +182,8 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
     "encodings": tuple(ENCODING_PAGES),
     "bomb": tuple(BOMB_PATHS),
     "huge": ("/huge.html",),
+    "unparseable": tuple(UNPARSEABLE_PATHS),
+    "hostdown": ("/hostdown/links.html",),
     "duplicates": DUPLICATE_EXACT + DUPLICATE_NEAR,
     "etag": (),
     "content": (*HOSTILE_LABELS, "/content/files.html"),
@@ -167,6 +197,7 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
         "/fail/throttled.html",
         "/fail/offsite.html",
     ),
+    "ssrf": ("/ssrf/link.html", "/ssrf/redirect.html"),
     "traps": (
         "/repeat/",
         "/session/page.html?sid=1",
@@ -270,6 +301,17 @@ def build_bomb(
     return header + stream + trailer
 
 
+def many_links_body(links: int = MANY_LINKS) -> bytes:
+    """The body of ``/many/links.html``: ``links`` anchors to ``/many/<N>.html``.
+
+    >>> body = many_links_body(3)
+    >>> body.count(b"<a href="), b'<a href="/many/2.html">' in body
+    (4, True)
+    """
+    anchors = "".join(f'<a href="/many/{n}.html">page {n}</a>\n' for n in range(links))
+    return _html("Many links", f"<p>{anchors}</p>").encode()
+
+
 def _html(title: str, body: str, charset: str = "utf-8") -> str:
     return (
         f'<!DOCTYPE html>\n<html>\n<head>\n<meta charset="{charset}">\n'
@@ -308,10 +350,21 @@ class Hostile:
             return self.encoded(path)
         if "bomb" in f and path in BOMB_PATHS:
             return self.bomb(BOMB_PATHS[path])
+        if "hostdown" in f and path == "/hostdown/links.html":
+            urls = [f"http://{DOWN_HOST}/p/{n}.html" for n in range(HOST_DOWN_LINKS)]
+            links = "".join(f'<a href="{u}">{u}</a>\n' for u in urls)
+            html = _html("A host that is down", links).encode()
+            return Response(200, html, [("Content-Type", HTML)])
+        if "unparseable" in f and path in UNPARSEABLE_PATHS:
+            encoding, body = UNPARSEABLE_PATHS[path]
+            headers = [("Content-Type", HTML), ("Content-Encoding", encoding)]
+            return Response(200, body, headers)
         if "huge" in f and path == "/huge.html":
             return self.site.page_response(self.huge(), req)
         if "failures" in f and path.startswith("/fail/"):
             return self.failure(path, req)
+        if "ssrf" in f and path.startswith("/ssrf/"):
+            return self.ssrf(path)
         if "content" in f and path.startswith("/content/"):
             return self.content(path)
         if "manylinks" in f and path == "/many/links.html":
@@ -355,10 +408,7 @@ class Hostile:
 
     def many_links(self) -> Response:
         if self._many is None:
-            links = "".join(
-                f'<a href="/many/{n}.html">page {n}</a>\n' for n in range(MANY_LINKS)
-            )
-            self._many = _html("Many links", f"<p>{links}</p>").encode()
+            self._many = many_links_body()
         return Response(200, self._many, [("Content-Type", HTML)])
 
     # --- failures ------------------------------------------------------------
@@ -403,6 +453,19 @@ class Hostile:
             slow_down = _html("Too many requests", "<p>Slow down.</p>").encode()
             return Response(
                 429, slow_down, [("Content-Type", HTML), ("Retry-After", "1")]
+            )
+        return None
+
+    # --- ssrf ----------------------------------------------------------------
+    def ssrf(self, path: str) -> Response | None:
+        port = self.site.port
+        if path == "/ssrf/link.html":
+            url = PRIVATE_LINK.format(port=port)
+            body = _html("Internal link", f'<a href="{url}">{url}</a>')
+            return Response(200, body.encode(), [("Content-Type", HTML)])
+        if path == "/ssrf/redirect.html":
+            return Response(
+                302, b"", [("Location", PRIVATE_REDIRECT.format(port=port))]
             )
         return None
 

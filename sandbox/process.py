@@ -86,6 +86,8 @@ class SandboxProcess:
             str(self.max_seconds),
             "--change-period",
             str(spec.change_period),
+            "--change-profile",
+            spec.change_profile,
             *self.extra_args,
         ]
 

@@ -1,7 +1,11 @@
 """A Scrapy DNS resolver that sends ``*.sandbox.test`` to 127.0.0.1.
 
 Names under ``nxdomain.sandbox.test`` do not resolve (an immediate
-``DNSLookupError``): the sandbox's dead links, as on the internet.
+``DNSLookupError``): the sandbox's dead links, as on the internet. Names
+under ``private.sandbox.test`` resolve to 127.0.0.2: a name in the crawl's
+scope that points at the operator's own network, which the SSRF guard must
+refuse after resolution (nothing of the sandbox listens there, so a guard
+that let it through would meet a refused connection, not a page).
 
 Use it with ``TWISTED_DNS_RESOLVER = "sandbox.resolver.SandboxResolver"``
 (Scrapy >= 2.19; the older ``DNS_RESOLVER`` name still works, with a
@@ -33,6 +37,8 @@ if TYPE_CHECKING:
 SANDBOX_SUFFIX = ".sandbox.test"
 SANDBOX_ADDRESS = "127.0.0.1"
 UNRESOLVABLE_SUFFIX = ".nxdomain" + SANDBOX_SUFFIX
+PRIVATE_SUFFIX = ".private" + SANDBOX_SUFFIX
+PRIVATE_ADDRESS = "127.0.0.2"
 # The setting value that installs this resolver. The production settings name
 # no sandbox code: the demo, the tests and the benchmarks pass it with ``-s``.
 SANDBOX_RESOLVER = "sandbox.resolver.SandboxResolver"
@@ -64,6 +70,8 @@ class SandboxResolver(CachingThreadedResolver):
     def getHostByName(self, name: str, timeout: Sequence[int] = ()) -> Deferred[str]:
         if name.lower().rstrip(".").endswith(UNRESOLVABLE_SUFFIX):
             return defer.fail(DNSLookupError(f"{name}: no such name (sandbox)"))
+        if name.lower().rstrip(".").endswith(PRIVATE_SUFFIX):
+            return defer.succeed(PRIVATE_ADDRESS)
         if is_sandbox_name(name):
             return defer.succeed(SANDBOX_ADDRESS)
         return super().getHostByName(name, timeout)

@@ -60,7 +60,10 @@ FEATURES = frozenset(
         "content",
         "manylinks",
         "failures",
+        "ssrf",
         "traps",
+        "unparseable",
+        "hostdown",
     }
 )
 # Children per page in the spanning tree that makes every page reachable.
@@ -205,7 +208,9 @@ class SiteSpec:
     ``features`` names the hostile corners to switch on (see ``FEATURES``);
     ``change_period`` > 0 makes regular pages change over time, each at its
     own rate (:mod:`sandbox.changes`), served with ``ETag`` /
-    ``Last-Modified`` and answering conditional requests with ``304``.
+    ``Last-Modified`` and answering conditional requests with ``304``;
+    ``change_profile`` picks the spread of rates (``classes``, ``measured``,
+    ``loguniform``; see :data:`sandbox.changes.PROFILES`).
     """
 
     seed: int = 0
@@ -216,6 +221,7 @@ class SiteSpec:
     features: frozenset[str] = frozenset()
     # > 0: pages change as Poisson processes of this scale (sandbox.changes).
     change_period: float = 0.0
+    change_profile: str = "classes"
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.pages_per_host < 1:
@@ -242,6 +248,7 @@ class SiteSpec:
                 tuple(sorted(self.crawl_delay_hosts.items())),
                 self.features,
                 self.change_period,
+                self.change_profile,
             )
         )
 
@@ -669,7 +676,7 @@ class Site:
         self.paragraphs = corpus(spec.seed)
         self.phrases = phrases(spec.seed)
         self.changes = (
-            ChangeModel(spec.seed, spec.change_period, time.time())
+            ChangeModel(spec.seed, spec.change_period, time.time(), spec.change_profile)
             if spec.change_period > 0
             else None
         )

@@ -5,8 +5,8 @@ One real ``scrapy crawl web`` worker crawls the sandbox's ``content`` corner
 ``<meta charset=rot13>`` are decoded with a fallback, stored with status 200
 and their links followed. Of the files ``/content/files.html`` links, the PDF
 and an extensionless ``application/octet-stream`` are fetched and stored as
-metadata records (content type, size, hash; no text), while the PNG and the
-zip are never requested (``LINK_SKIP_EXTENSIONS``) and each skip is counted.
+metadata records (content type, size, hash, headers; no text), while the
+PNG and the zip are never requested (``LINK_SKIP_EXTENSIONS``) and each skip is counted.
 What was fetched is judged on the sandbox's request record.
 """
 
@@ -22,6 +22,7 @@ from demo.localcrawl import crawl_sandbox
 from sandbox.hostile import CONTENT_FETCHED, CONTENT_FILES, HOSTILE_LABELS
 from sandbox.site import SiteSpec
 from tests.test_crawl_e2e import stored_urls
+from tests.test_export import run_tool
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -56,6 +57,12 @@ def test_hostile_labels_and_non_html_files(tmp_path: Path, redis_url: str) -> No
         assert record["content_type"] == ctype and record["size"] == len(body)
         assert record["content_hash"] == hashlib.sha256(body).hexdigest()
         assert record["text_length"] == 0 and record["links_count"] == 0
+        # Its response headers are kept, and pipelines.read shows them.
+        assert ["content-type", ctype] in record["headers"], record["headers"]
+        read = run_tool("-m", "pipelines.read", "--headers", url(path),
+                        "-s", f"WEBCRAWL_HOME={tmp_path}")  # fmt: skip
+        assert read.returncode == 0, read.stderr.decode()
+        assert f"content-type: {ctype}" in read.stdout.decode().splitlines()
 
     skipped = set(CONTENT_FILES) - set(CONTENT_FETCHED)
     assert all(fetches[url(path)] == 0 for path in skipped)

@@ -57,8 +57,9 @@ def assert_complete(report: CrawlReport, home: Path) -> None:
     assert all(pages[u].metadata["status"] == 200 for u in expected)
 
 
+@pytest.mark.parametrize("partitions", [1, 4])
 def test_two_workers_fetch_every_allowed_page_once(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, partitions: int
 ) -> None:
     spec = SiteSpec(seed=7, hosts=12, pages_per_host=8)
     report = crawl_sandbox(
@@ -66,7 +67,7 @@ def test_two_workers_fetch_every_allowed_page_once(
         redis_url,
         tmp_path,
         workers=2,
-        settings={"DOWNLOAD_DELAY": 0.05},
+        settings={"DOWNLOAD_DELAY": 0.05, "FRONTIER_PARTITIONS": partitions},
         extra_seeds=["ftp://nope.test/", '{"url": 5}'],
         timeout=240,
     )
@@ -79,16 +80,24 @@ def test_two_workers_fetch_every_allowed_page_once(
     } == {}
     # One robots.txt fetch per host for the whole fleet.
     assert max(report.robots_fetches().values()) == 1
-    invalid = redis.Redis.from_url(redis_url).lrange("web:start_urls:invalid", 0, -1)
+    client = redis.Redis.from_url(redis_url)
+    # The hosts' records landed in every partition, each under its own tag.
+    tags = {
+        key[: key.index(b"}") + 1] for key in client.scan_iter(match="web:{web*}:h:*")
+    }
+    assert len(tags) == partitions
+    invalid = client.lrange("web:start_urls:invalid", 0, -1)
     assert sorted(json.loads(e)["entry"] for e in invalid) == [
         "ftp://nope.test/",
         '{"url": 5}',
     ]
 
 
-def test_fleet_politeness(redis_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("partitions", [1, 4])
+def test_fleet_politeness(redis_url: str, tmp_path: Path, partitions: int) -> None:
     """Four workers, 100 hosts, 300 ms per host, three hosts with a robots
-    Crawl-delay of 1 s: no host ever sees two requests closer than its delay."""
+    Crawl-delay of 1 s: no host ever sees two requests closer than its delay
+    (with partitions too: each host's lock and record in its partition)."""
     delay = 0.3
     spec = SiteSpec(
         seed=3,
@@ -98,7 +107,8 @@ def test_fleet_politeness(redis_url: str, tmp_path: Path) -> None:
     )
     report = crawl_sandbox(
         spec, redis_url, tmp_path, workers=4,
-        settings={"DOWNLOAD_DELAY": delay}, timeout=300,
+        settings={"DOWNLOAD_DELAY": delay, "FRONTIER_PARTITIONS": partitions},
+        timeout=300,
     )  # fmt: skip
     assert report.exit_codes == [0, 0, 0, 0]
     assert_complete(report, tmp_path)
@@ -111,30 +121,35 @@ def test_fleet_politeness(redis_url: str, tmp_path: Path) -> None:
     assert max(report.robots_fetches().values()) == 1
 
 
-def in_flight(redis_url: str, pid: int) -> int:
+def in_flight(redis_url: str, pid: int, partitions: int = 1) -> int:
     """Requests worker ``pid`` holds in Redis: its leases and its batches
-    written ahead of the dupefilter."""
+    written ahead of the dupefilter, in every partition."""
     client = redis.Redis.from_url(redis_url)
     try:
         prefix = f"{socket.gethostname()}-{pid}-"
-        keys = FrontierKeys("web")
-        leases = sum(
-            1
-            for lease in client.hkeys(keys.lease_data)
-            if lease.decode().startswith(prefix)
-        )
-        batches = 0
-        for wal in client.scan_iter(match=keys.wal_prefix + prefix + "*"):
-            batches += sum(len(json.loads(v)) for v in client.hvals(wal))
+        leases = batches = 0
+        for p in range(partitions):
+            keys = FrontierKeys("web", p, partitions)
+            leases += sum(
+                1
+                for lease in client.hkeys(keys.lease_data)
+                if lease.decode().startswith(prefix)
+            )
+            for wal in client.scan_iter(match=keys.wal_prefix + prefix + "*"):
+                batches += sum(len(json.loads(v)) for v in client.hvals(wal))
         return leases + batches
     finally:
         client.close()
 
 
-def test_sigkilled_workers_lose_nothing(redis_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("partitions", [1, 4])
+def test_sigkilled_workers_lose_nothing(
+    redis_url: str, tmp_path: Path, partitions: int
+) -> None:
     spec = SiteSpec(seed=11, hosts=20, pages_per_host=15)
     settings = {"DOWNLOAD_DELAY": 0.05, "FRONTIER_LEASE_TIMEOUT": 3,
-                "FRONTIER_HEARTBEAT_INTERVAL": 1}  # fmt: skip
+                "FRONTIER_HEARTBEAT_INTERVAL": 1,
+                "FRONTIER_PARTITIONS": partitions}  # fmt: skip
     held_at_kill: list[int] = []
 
     def chaos(procs: list[Any], web: SandboxProcess) -> None:
@@ -142,7 +157,7 @@ def test_sigkilled_workers_lose_nothing(redis_url: str, tmp_path: Path) -> None:
         for n in range(3):
             time.sleep(rng.uniform(1.0, 3.0))
             victim = rng.randrange(len(procs))
-            held_at_kill.append(in_flight(redis_url, procs[victim].pid))
+            held_at_kill.append(in_flight(redis_url, procs[victim].pid, partitions))
             stop(procs[victim])
             procs[victim] = start_worker(
                 {**worker_settings, **settings},

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from scrapy import Spider
+from scrapy.downloadermiddlewares.httpcompression import HttpCompressionMiddleware
 from scrapy.exceptions import (
     CannotResolveHostError,
     DownloadCancelledError,
@@ -16,6 +17,7 @@ from scrapy.exceptions import (
     DownloadTimeoutError,
     IgnoreRequest,
     NotConfigured,
+    ResponseDataLossError,
 )
 from scrapy.http import HtmlResponse, Request, Response
 from scrapy.settings import Settings
@@ -162,6 +164,49 @@ def test_size_limits_are_terminal_too_large() -> None:
     except IgnoreRequest as exc:
         assert classify_exception(exc) == "too_large"
     assert not POLICIES["too_large"].retried
+
+
+def _corrupt(encoding: bytes, body: bytes) -> Exception:
+    """What Scrapy's HttpCompressionMiddleware raises on a corrupt body."""
+    crawler = get_crawler(Spider)
+    crawler.spider = Spider("web")
+    mw = HttpCompressionMiddleware.from_crawler(crawler)
+    response = Response(
+        "http://a.test/", body=body, headers={"Content-Encoding": encoding}
+    )
+    try:
+        mw.process_response(Request("http://a.test/"), response)
+    except Exception as exc:
+        return exc
+    raise AssertionError("decoded")
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body"),
+    [
+        (b"gzip", b"\x1f\x8b\x08\x00garbage, not deflate"),
+        (b"gzip", b"not gzip at all"),
+        (b"br", b"not brotli"),
+    ],
+)
+def test_a_body_that_does_not_decode_is_unparseable_and_terminal(
+    encoding: bytes, body: bytes
+) -> None:
+    """Before: no class (None), so never dead-lettered: stored only."""
+    exc = _corrupt(encoding, body)
+    assert classify_exception(exc) == "unparseable"
+    mw = _mw()
+    request = Request("http://a.test/")
+    assert mw.process_exception(request, exc) is None
+    assert request.meta[FAILURE_META]["terminal"]
+
+
+def test_a_body_cut_short_is_retried() -> None:
+    """Before: unclassified, never retried (Scrapy's RetryMiddleware retries
+    it)."""
+    exc = ResponseDataLossError("short body")
+    assert classify_exception(exc) == "connection"
+    assert isinstance(_mw().process_exception(Request("http://a.test/"), exc), Request)
 
 
 def test_filters_are_not_failures_and_refusals_name_their_reason() -> None:

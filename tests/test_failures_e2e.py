@@ -51,30 +51,31 @@ SETTINGS: dict[str, object] = {
 }
 
 
-def _dead_letters(redis_url: str) -> dict[str, dict[str, Any]]:
+def _dead_letters(redis_url: str, partitions: int = 1) -> dict[str, dict[str, Any]]:
     async def main() -> list[dict[str, Any]]:
         client = aredis.Redis.from_url(redis_url)
         try:
-            return await DeadLetters(client, "web").entries()
+            return await DeadLetters(client, "web", partitions).entries()
         finally:
             await client.aclose()
 
     return {e["url"]: e for e in asyncio.run(main())}
 
 
-def _waiting_urls(redis_url: str) -> set[str]:
+def _waiting_urls(redis_url: str, partitions: int = 1) -> set[str]:
     """URLs queued or delayed in the frontier (not leased: the crawl ended)."""
     client = redis.Redis.from_url(redis_url)
-    k = FrontierKeys("web")
     urls: set[str] = set()
     try:
-        for key in client.scan_iter(match=k.queue_prefix + "*"):
-            urls.update(
-                m.split(b"\n", 1)[0].decode() for m in client.zrange(key, 0, -1)
-            )
-        for m in client.zrange(k.delayed, 0, -1):
-            urls.add(m.split(b"\n", 3)[2].decode())
-        assert client.zcard(k.leases) == 0
+        for p in range(partitions):
+            k = FrontierKeys("web", p, partitions)
+            for key in client.scan_iter(match=k.queue_prefix + "*"):
+                urls.update(
+                    m.split(b"\n", 1)[0].decode() for m in client.zrange(key, 0, -1)
+                )
+            for m in client.zrange(k.delayed, 0, -1):
+                urls.add(m.split(b"\n", 3)[2].decode())
+            assert client.zcard(k.leases) == 0
     finally:
         client.close()
     return urls

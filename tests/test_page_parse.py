@@ -4,20 +4,22 @@ result (issue 10 "One rule for robots meta", issue 13 "One parse per page")."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy import Request
-from scrapy.http import HtmlResponse
+from scrapy.http import HtmlResponse, XmlResponse
 from scrapy.utils.test import get_crawler
 
 from pipelines import batching
 from pipelines.batching import prepare_page
 from pipelines.items import PageItem
+from webcrawl.spiders import web
 from webcrawl.spiders.web import WebSpider
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import AsyncIterator
 
 TEXT = " ".join(f"word{i}" for i in range(40))
 
@@ -43,8 +45,8 @@ def crawl(response: HtmlResponse) -> tuple[list[str], PageItem]:
     crawler = get_crawler(WebSpider, {"WEB_ALLOWED_DOMAINS": ["a.test"]})
     spider = WebSpider.from_crawler(crawler)
     crawler.spider = spider
-    out: Iterable[Any] = spider.parse(response)
-    results = list(out)
+    out: AsyncIterator[Any] = spider.parse(response)
+    results = asyncio.run(collect(out))
     item = results[-1]
     assert isinstance(item, PageItem)
     urls = [r.url for r in results if isinstance(r, Request)]
@@ -92,3 +94,49 @@ def test_pipeline_reuses_the_spiders_parse(monkeypatch: pytest.MonkeyPatch) -> N
     prepared = prepare_page(item)
     assert prepared.words == 40 + 5  # the text and its link words
     assert prepared.simhash is not None
+
+
+def _sitemap_spider() -> WebSpider:
+    crawler = get_crawler(WebSpider, {"WEB_ALLOWED_DOMAINS": ["a.test"]})
+    spider = WebSpider.from_crawler(crawler)
+    crawler.spider = spider
+    crawler.stats.open_spider()
+    return spider
+
+
+@pytest.mark.parametrize("body", [b"", b"plain text, no XML", b"\xff\xfe\x00<"])
+def test_a_sitemap_with_no_xml_is_counted_unparseable(body: bytes) -> None:
+    spider = _sitemap_spider()
+    response = XmlResponse("http://a.test/sitemap.xml", body=body)
+    assert list(spider._sitemap_links(response)) == []
+    assert spider.crawler.stats.get_value("web/sitemap_unparseable") == 1
+
+
+def test_a_sitemap_entry_that_is_no_url_is_skipped_not_the_rest() -> None:
+    """Before: urljoin's ValueError on the first entry was a spider error,
+    and every later entry of the sitemap was lost."""
+    spider = _sitemap_spider()
+    body = (
+        b"<urlset><url><loc>http://[oops/x</loc></url>"
+        b"<url><loc>http://a.test/ok</loc></url></urlset>"
+    )
+    response = XmlResponse("http://a.test/sitemap.xml", body=body)
+    assert [r.url for r in spider._sitemap_links(response)] == ["http://a.test/ok"]
+    assert spider.crawler.stats.get_value("web/sitemap_invalid_loc") == 1
+
+
+def test_a_bug_in_the_sitemap_parse_surfaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: ``except Exception`` took any error for hostile XML."""
+
+    def broken(body: bytes) -> Any:
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(web, "Sitemap", broken)
+    spider = _sitemap_spider()
+    response = XmlResponse("http://a.test/sitemap.xml", body=b"<urlset/>")
+    with pytest.raises(TypeError):
+        list(spider._sitemap_links(response))
+
+
+async def collect(items: AsyncIterator[Any]) -> list[Any]:
+    return [x async for x in items]

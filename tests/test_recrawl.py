@@ -13,13 +13,17 @@ from extensions import defaults
 from extensions.config import SettingsError
 from extensions.meta import RECRAWL_RECORD, SITEMAP_CHANGEFREQ
 from extensions.recrawl import (
+    HISTORY_WINDOW,
     Bounds,
+    History,
     Record,
     Recrawler,
     RecrawlSchedule,
     Visit,
     adaptive_interval,
+    budgeted_interval,
     next_visit,
+    optimal_interval,
     revisit_request,
     uniform_interval,
 )
@@ -144,11 +148,13 @@ def test_next_visit_reads_what_the_fetch_learned() -> None:
     assert same is not None and same[1].interval == 140.0
     changed = next_visit(item(content_hash=h2, recrawl=meta), adaptive_interval,
                          bounds, 0.0)  # fmt: skip
-    assert changed is not None and changed[1] == Record(80.0, None, None, "2" * 16)
+    assert changed is not None
+    assert changed[1] == Record(80.0, None, None, "2" * 16, History(1, 1, 100.0))
     # A 304 keeps the validators and the hash of the last 200.
     nm = next_visit(item(status=304, recrawl=meta), adaptive_interval, bounds, 0.0)
     assert nm is not None
-    assert nm[1] == Record(140.0, '"v1"', "Mon, 01 Jan 2024 00:00:00 GMT", "1" * 16)
+    assert nm[1] == Record(140.0, '"v1"', "Mon, 01 Jan 2024 00:00:00 GMT", "1" * 16,
+                           History(1, 0, 100.0))  # fmt: skip
     # A Cache-Control max-age seeds a new page's interval.
     hinted = next_visit(item(headers={"cache-control": ["max-age=30"]}),
                         adaptive_interval, bounds, 0.0)  # fmt: skip
@@ -157,6 +163,83 @@ def test_next_visit_reads_what_the_fetch_learned() -> None:
     sitemap = next_visit(item(changefreq="hourly"), adaptive_interval,
                          Bounds(10.0, 100.0, 86400.0), 0.0)  # fmt: skip
     assert sitemap is not None and sitemap[1].interval == 3600.0
+
+
+def test_history_travels_with_the_revisits() -> None:
+    """Each compared visit adds to the page's change history (what the
+    budgeted policy estimates the rate from); a failed fetch adds nothing;
+    the history goes through the request meta and the Redis record."""
+    bounds = Bounds(10.0, 100.0, 10_000.0)
+    outcomes = [("a", 200), ("a", 304), ("b", 200), (None, 500), ("c", 200)]
+    meta = None
+    seen = []
+    for content, status in outcomes:
+        chash = None if content is None else content * 64
+        kw = {"recrawl": meta} if meta is not None else {}
+        entry = next_visit(item(status=status, content_hash=chash, **kw),
+                           uniform_interval, bounds, 0.0)  # fmt: skip
+        assert entry is not None
+        seen.append(entry[1].history)
+        request = revisit_request(entry[0], Record.from_json(entry[1].to_json()))
+        meta = request.meta[RECRAWL_RECORD]
+    assert seen == [History(), History(1, 0, 100.0), History(2, 1, 200.0),
+                    History(2, 1, 200.0), History(3, 2, 300.0)]  # fmt: skip
+
+
+def test_history_keeps_a_window() -> None:
+    h = History()
+    for n in range(HISTORY_WINDOW):
+        h = h.add(10.0, n % 2 == 0)
+    assert h == History(HISTORY_WINDOW, HISTORY_WINDOW // 2, 10.0 * HISTORY_WINDOW)
+    h = h.add(10.0, True)
+    assert h.visits <= HISTORY_WINDOW // 2 + 1
+    full = History(HISTORY_WINDOW, HISTORY_WINDOW // 2, 10.0 * HISTORY_WINDOW)
+    assert h.rate() == pytest.approx(full.rate(), rel=0.1)
+
+
+def test_a_record_written_before_histories_reads_with_an_empty_one() -> None:
+    old = Record.from_json('[60.0,"e",null,"ab"]')
+    assert old == Record(60.0, '"e"'[1:-1], None, "ab", History())
+    request = revisit_request("http://a.test/", old)
+    assert request.meta[RECRAWL_RECORD] == [60.0, "e", None, "ab", 0, 0, 0.0]
+
+
+def test_cho_estimator_recovers_a_poisson_rate() -> None:
+    """Visits every 10 s to a page changing 0.05/s: a visit sees a change
+    with probability 1 - e^-0.5; the estimator returns the rate, where the
+    naive changes / time would say 0.039."""
+    n = 1000
+    changes = round(n * (1 - 2.718281828459045**-0.5))
+    assert History(n, changes, 10.0 * n).rate() == pytest.approx(0.05, rel=0.02)
+
+
+def test_budgeted_interval_follows_the_optimum_and_gives_up() -> None:
+    bounds = Bounds(1.0, 100.0, 10_000.0, give_up=10.0)
+    # The optimum visits middling rates most often: static and fast pages
+    # get the longest intervals (Cho and Garcia-Molina).
+    assert optimal_interval(0.05, 10.0) < optimal_interval(0.005, 10.0)
+    assert optimal_interval(0.05, 10.0) < optimal_interval(0.09, 10.0)
+    assert optimal_interval(0.2, 10.0) == float("inf")
+    # A page found changed at every visit 10 s apart, over 8 visits: faster
+    # than the budget follows; it is revisited less often than any page the
+    # budget chases (a change at every visit only says the rate is at least
+    # ln(2n + 1) / interval, so it settles near 4 give-up intervals).
+    interval = 10.0
+    history = History(8, 8, 80.0)
+    chased = min(optimal_interval(r / 100, 10.0) for r in range(1, 10))
+    intervals = []
+    for _ in range(40):
+        visit = Visit(interval, True, 200, history=history)
+        interval = budgeted_interval(visit, bounds)
+        history = history.add(interval, True)
+        intervals.append(interval)
+    assert min(intervals[5:]) > chased
+    # Half the visits 20 s apart changed: close to the optimum's interval.
+    history = History(16, 8, 320.0)
+    target = optimal_interval(history.rate(), 10.0)
+    assert budgeted_interval(Visit(20.0, True, 200, history=history), bounds) == target
+    # A failed fetch learns nothing: the interval lengthens as adaptive's.
+    assert budgeted_interval(Visit(20.0, None, 500, history=history), bounds) == 28.0
 
 
 def test_recrawler_is_off_by_default_and_checks_its_bounds() -> None:
@@ -178,6 +261,9 @@ def test_recrawler_is_off_by_default_and_checks_its_bounds() -> None:
         })
     )  # fmt: skip
     assert on.policy is uniform_interval
+    default = Recrawler(get_crawler(settings_dict={"RECRAWL_ENABLED": True}))
+    assert default.policy is budgeted_interval
+    assert default.bounds.give_up == defaults.RECRAWL_GIVE_UP_INTERVAL
     hold = max(defaults.RECRAWL_MIN_INTERVAL, defaults.FRONTIER_LEASE_TIMEOUT)
     assert on.hold_ms == hold * 1000
     # A continuous crawl is a service: an idle spider stays open.
@@ -232,3 +318,60 @@ def test_a_malformed_record_gives_an_unconditional_revisit(
         return got
 
     assert run(go()) == [("http://a.test/", None)]
+
+
+def test_store_side_schedule_keeps_only_the_window_in_redis(
+    redis_url: str, tmp_path: Any
+) -> None:
+    """RECRAWL_SCHEDULE_STORE: a next visit beyond RECRAWL_WINDOW waits in
+    the page store (and leaves Redis); a refill brings what falls due within
+    the window back into Redis with its due time."""
+    from pipelines.stores.schedule import PageStoreSchedule
+
+    crawler = get_crawler(settings_dict={
+        "RECRAWL_ENABLED": True,
+        "REDIS_URL": redis_url,
+        "RECRAWL_SCHEDULE_STORE": "pipelines.stores.schedule.PageStoreSchedule",
+        "RECRAWL_WINDOW": 60.0,
+        "SQLITE_PATH": str(tmp_path / "pages.sqlite3"),
+    })  # fmt: skip
+    rec = Recrawler(crawler)
+    assert isinstance(rec.store, PageStoreSchedule)
+
+    async def go() -> tuple[Any, ...]:
+        rec.schedule = schedule = await _schedule(redis_url)
+        client = schedule.client
+        keys = schedule.keys
+        # A claimed page (in Redis, held) rescheduled far, a new page far,
+        # one page near.
+        await schedule.schedule([("http://a.test/held", Record(0.0))])
+        await schedule.claim(10, 600_000)
+        rec._out = [
+            ("http://a.test/held", Record(86400.0, '"h"')),
+            ("http://a.test/new", Record(3600.0)),
+            ("http://a.test/near", Record(30.0)),
+        ]
+        await rec._flush()
+        in_redis = {m.decode() for m in await client.zrange(keys.recrawl, 0, -1)}
+        in_data = {m.decode() for m in await client.hkeys(keys.recrawl_data)}
+        assert rec.store is not None
+        stored = await rec._in_thread(rec.store.due, 2**62, 100)
+        # One comes due within the window: a refill loads it with its time.
+        now = await schedule.now_ms()
+        soon = [("http://a.test/soon", now + 30_000, "[1]")]
+        await rec._in_thread(rec.store.put, soon)
+        await rec._refill()
+        score = await client.zscore(keys.recrawl, "http://a.test/soon")
+        record = await client.hget(keys.recrawl_data, "http://a.test/soon")
+        left = await rec._in_thread(rec.store.count)
+        await rec._closed(None)
+        return in_redis, in_data, stored, now, score, record, left
+
+    in_redis, in_data, stored, now, score, record, left = run(go())
+    assert in_redis == in_data == {"http://a.test/near"}
+    assert {u for u, _, _ in stored} == {"http://a.test/held", "http://a.test/new"}
+    held = next(e for e in stored if e[0] == "http://a.test/held")
+    assert Record.from_json(held[2]).etag == '"h"'
+    assert held[1] - now <= 86_400_000 and held[1] - now > 86_300_000
+    assert score == now + 30_000 and record == b"[1]"
+    assert left == 2  # the far ones stay in the store

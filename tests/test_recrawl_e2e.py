@@ -31,8 +31,20 @@ RUN_SECONDS = 40.0
 CHANGE_PERIOD = 3.0
 
 
+# The whole schedule in Redis, or the store-side schedule (next visits more
+# than 4 s ahead wait in the SQLite page store; a refill every second).
+STORE_SIDE = {
+    "RECRAWL_SCHEDULE_STORE": "pipelines.stores.schedule.PageStoreSchedule",
+    "RECRAWL_WINDOW": 4.0,
+}
+
+
+@pytest.mark.parametrize("schedule", [{}, STORE_SIDE], ids=["redis", "store-side"])
 def test_two_workers_revisit_changing_pages(
-    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    redis_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    schedule: dict[str, Any],
 ) -> None:
     spec = SiteSpec(seed=5, hosts=3, pages_per_host=8, change_period=CHANGE_PERIOD)
 
@@ -53,8 +65,12 @@ def test_two_workers_revisit_changing_pages(
             "RECRAWL_MIN_INTERVAL": 1.0,
             "RECRAWL_DEFAULT_INTERVAL": 3.0,
             "RECRAWL_MAX_INTERVAL": 20.0,
+            # The default (budgeted) policy's price: pages changing every
+            # 3 s are chased (~1.6 s), every 30 s visited ~4 s apart.
+            "RECRAWL_GIVE_UP_INTERVAL": 0.3,
             "RECRAWL_POLL_INTERVAL": 0.25,
             "PIPELINE_FLUSH_INTERVAL": 0.25,
+            **schedule,
         },
         timeout=RUN_SECONDS + 60,
         during=crawl_for_a_while,

@@ -6,6 +6,7 @@ pages with the DNS error, for the failure policy to give them up."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -18,10 +19,14 @@ from extensions import keys
 from extensions.backoff import BackoffMiddleware
 from extensions.hosts import HostDown
 from extensions.meta import ROBOTS_FETCH as ROBOTS_FETCH_META
+from extensions.politeness import DOWNLOADER_MIDDLEWARES
 from extensions.robots import UNREACHABLE, UNRESOLVABLE, SharedRobotsTxtMiddleware
+from tests.httpserver import LogServer, crawl, reply
 from tests.utils import get_crawler
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import redis
 
 HOST = "http://a.test:80"
@@ -129,3 +134,31 @@ def test_a_host_without_connection_is_down_after_robots_down_after(
             asyncio.run(main())
     else:
         assert isinstance(asyncio.run(main()), Request)
+
+
+class BrokenRobotsFetch:
+    """A downloader middleware with a bug that only robots.txt fetches meet."""
+
+    def process_request(self, request: Request) -> None:
+        if request.meta.get(ROBOTS_FETCH_META):
+            raise TypeError("a bug in a downloader middleware")
+
+
+def test_a_bug_on_the_robots_fetch_surfaces(redis_url: str, tmp_path: Path) -> None:
+    """A programming error while fetching robots.txt used to be taken for an
+    unreachable file (``except Exception``): the host parked and retried for
+    ever, the bug hidden. Only download errors mean unreachable now; the bug
+    reaches the page request's errback, and no robots.txt is cached."""
+    with LogServer({"/page": reply(b"<html></html>")}) as server:
+        stats = crawl(
+            tmp_path,
+            redis_url,
+            [server.url + "/page"],
+            DOWNLOADER_MIDDLEWARES=json.dumps(
+                DOWNLOADER_MIDDLEWARES | {f"{__name__}.BrokenRobotsFetch": 10}
+            ),
+            CLOSESPIDER_TIMEOUT=20,
+        )
+        assert server.count("/page") == 0
+    assert "robotstxt/exception_count/TypeError" not in stats
+    assert stats.get("downloader/exception_type_count/builtins.TypeError", 0) >= 2

@@ -626,3 +626,25 @@ def test_changing_pages_follow_their_poisson_process(
     assert dict(later.headers)["Last-Modified"] == email.utils.formatdate(
         at, usegmt=True
     )
+
+
+def test_change_profile_reaches_the_site_from_the_command_line() -> None:
+    """``--change-profile measured``: the served web has the measured spread
+    (30 % static, the rest from hourly to every four months)."""
+    from sandbox.__main__ import build_parser, spec_from_args
+
+    args = build_parser().parse_args(
+        ["--hosts", "2", "--pages", "200", "--change-period", "86400",
+         "--change-profile", "measured"]
+    )  # fmt: skip
+    spec = spec_from_args(args)
+    assert spec.change_profile == "measured"
+    s = Site(spec, PORT)
+    assert s.changes is not None
+    rates = [s.changes.rate(0, spec.page_path(0, k)) for k in range(200)]
+    assert 0.2 < sum(r == 0 for r in rates) / len(rates) < 0.4
+    changing = [1 / r for r in rates if r]
+    assert min(changing) >= 3600 and max(changing) <= 120 * 86400
+    assert max(changing) / min(changing) > 100  # orders of magnitude apart
+    with pytest.raises(ValueError, match="change profile"):
+        Site(SiteSpec(change_period=1.0, change_profile="nope"), PORT)

@@ -163,6 +163,68 @@ def test_failed_page_is_metadata_only(store_factory: Any) -> None:
     assert got.metadata["status"] == 0
 
 
+PDF_HEADERS = {
+    "Content-Type": ["application/pdf"],
+    "Content-Length": ["9"],
+    "Set-Cookie": ["sid=secret"],
+    "Link": ['<http://a.test/a>; rel="alternate"', '<http://a.test/b>; rel="next"'],
+    "X-Big": ["x" * 20_000],
+}
+
+
+def test_non_html_record_keeps_its_headers_html_none(store_factory: Any) -> None:
+    """Issue 12: non-HTML records keep content type, length, hash and
+    headers (before: the headers were not stored). Bounded, no cookies."""
+    store, reopen = store_factory
+    pdf = page("http://a.test/r.pdf", b"%PDF-1.4\n", headers=PDF_HEADERS)
+    write(store, [pdf, page("http://a.test/")])
+    for s in (store, reopen()):
+        s.open(create=False)
+        got = s.get_page("http://a.test/r.pdf")
+        assert got is not None
+        assert got.metadata["headers"] == [
+            ["content-type", "application/pdf"],
+            ["content-length", "9"],
+            ["link", '<http://a.test/a>; rel="alternate"'],
+            ["link", '<http://a.test/b>; rel="next"'],
+        ]
+        html = s.get_page("http://a.test/")
+        assert html is not None and html.metadata["headers"] is None
+
+
+def filtered_page(url: str, reason: str = "query_variants") -> Any:
+    return prepare_page(
+        PageItem(url, url, 0, f"fp-{url}", error=f"TrapFiltered: {reason}: full",
+                 filtered=reason)
+    )  # fmt: skip
+
+
+def test_a_filtered_record_never_replaces_a_stored_page(store_factory: Any) -> None:
+    """A trap budget (a HyperLogLog) refuses URLs it admitted before: their
+    filtered record must leave the fetched page alone, and stands alone for
+    a URL never fetched."""
+    store, reopen = store_factory
+    write(store, [page("http://a.test/kept")])
+    result = write(
+        store, [filtered_page("http://a.test/kept"), filtered_page("http://a.test/new")]
+    )
+    assert result.errors == []
+    s = reopen()
+    s.open(create=False)
+    kept = s.get_page("http://a.test/kept")
+    assert kept is not None and kept.metadata["status"] == 200
+    assert kept.metadata["filtered"] is None and kept.body
+    new = s.get_page("http://a.test/new")
+    assert new is not None and new.body is None
+    assert new.metadata["filtered"] == "query_variants"
+    assert new.metadata["status"] == 0 and "query_variants" in new.metadata["error"]
+    # A fetch of a URL on record as filtered replaces the filtered record.
+    write(s, [page("http://a.test/new")])
+    fetched = s.get_page("http://a.test/new")
+    assert fetched is not None and fetched.metadata["filtered"] is None
+    assert fetched.metadata["status"] == 200
+
+
 def test_duplicate_url_is_a_per_document_error(store_factory: Any) -> None:
     store, _ = store_factory
     write(store, [page("http://a.test/same", fp="one")])
@@ -385,18 +447,23 @@ def test_sqlite_store_from_before_history_gains_its_columns(tmp_path: Path) -> N
     import sqlite3
 
     from pipelines.stores.base import METADATA_FIELDS
-    from pipelines.stores.sqlite import HISTORY_COLUMNS, _table_sql
+    from pipelines.stores.sqlite import ADDED_COLUMNS, _table_sql
 
     path = tmp_path / "old.sqlite3"
-    before = {k: v for k, v in METADATA_FIELDS.items() if k not in HISTORY_COLUMNS}
+    before = {k: v for k, v in METADATA_FIELDS.items() if k not in ADDED_COLUMNS}
     with sqlite3.connect(path) as conn:
         conn.execute(_table_sql("pages_metadata", before))
     conn.close()
     store = SQLiteStore(path)
     store.open()
-    write(store, [page("http://a.test/")])
+    pdf_headers = {"Content-Type": ["application/pdf"]}
+    pdf = page("http://a.test/r.pdf", b"%PDF", headers=pdf_headers)
+    write(store, [page("http://a.test/"), pdf])
     got = store.get_page("http://a.test/")
     assert got is not None and len(got.metadata["history"]) == 1
+    back = store.get_page("http://a.test/r.pdf")
+    assert back is not None
+    assert back.metadata["headers"] == [["content-type", "application/pdf"]]
     store.close()
 
 
@@ -530,3 +597,34 @@ def test_find_original_across_versions_and_304_visits(store_factory: Any) -> Non
         found = find(near_new)
         assert found is not None and (found.kind, found.page_id) == ("near", v2.page_id)
     store.close()
+
+
+def test_recrawl_schedule_keeps_next_visits_by_url(store_factory: Any) -> None:
+    """The store-side recrawl schedule: one entry per URL (a reschedule
+    replaces it), read earliest first up to a time, deleted only while still
+    due then (a reschedule meanwhile survives), persistent."""
+    store, reopen = store_factory
+    assert store.schedule_count() == 0
+    store.schedule_put([(f"http://a.test/{n}", 1000 * n, f"r{n}") for n in range(10)])
+    store.schedule_put([("http://a.test/3", 50_000, "r3b")])  # rescheduled later
+    assert store.schedule_count() == 10
+    due = store.schedule_due(4500, 3)
+    assert due == [("http://a.test/0", 0, "r0"), ("http://a.test/1", 1000, "r1"),
+                   ("http://a.test/2", 2000, "r2")]  # fmt: skip
+    assert [u for u, _, _ in store.schedule_due(4500, 100)][-1] == "http://a.test/4"
+    # http://a.test/1 was rescheduled between the read and the delete.
+    store.schedule_put([("http://a.test/1", 70_000, "r1b")])
+    store.schedule_delete([(u, d) for u, d, _ in due])
+    assert store.schedule_count() == 8
+    store.close()
+    again = reopen()
+    again.open()
+    try:
+        assert again.schedule_due(4500, 100) == [("http://a.test/4", 4000, "r4")]
+        later = again.schedule_due(10**9, 100)
+        assert ("http://a.test/1", 70_000, "r1b") in later
+        assert later[-1] == ("http://a.test/1", 70_000, "r1b")
+        assert ("http://a.test/3", 50_000, "r3b") in later
+    finally:
+        again.close()
+        store.open()  # the fixture closes it (and drops a real database)

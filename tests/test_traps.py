@@ -17,6 +17,7 @@ from extensions import defaults
 from extensions.embedded_redis import RedisProcess
 from extensions.traps import TrapFilter
 from sandbox.site import SiteSpec
+from tests.test_failures_e2e import _dead_letters
 from tests.utils import get_crawler
 
 if TYPE_CHECKING:
@@ -140,6 +141,39 @@ def test_budgets_are_fleet_wide(redis_url: str) -> None:
     assert stats.get_value("traps/filtered/host_budget") >= 3
 
 
+def test_a_budget_refusal_reaches_the_errback_as_a_store_only_record(
+    redis_url: str,
+) -> None:
+    """Before: counted and logged once, but no per-URL record at all."""
+    mw = trap_filter(REDIS_URL=redis_url, HOST_MAX_PAGES=3, TRAP_MAX_QUERY_VARIANTS=2)
+    seen: list[Any] = []
+
+    def keep(failure: Any) -> list[str]:
+        seen.append(failure.value)
+        return ["record of " + failure.request.url]
+
+    out = run_output(
+        mw,
+        [Request(f"http://a.test/search?q={n}", errback=keep) for n in range(3)]
+        + [Request(f"http://a.test/p{n}", errback=keep) for n in range(2)],
+    )
+    assert [getattr(x, "url", x) for x in out] == [
+        "http://a.test/search?q=0",
+        "http://a.test/search?q=1",
+        "record of http://a.test/search?q=2",  # over the path's variants
+        "http://a.test/p0",
+        "record of http://a.test/p1",  # over the host's pages
+    ]
+    assert [(e.reason, e.dead_letter) for e in seen] == [
+        ("query_variants", False),
+        ("host_budget", False),
+    ]
+    stats = mw.crawler.stats
+    assert stats is not None
+    assert stats.get_value("traps/filtered/query_variants") == 1
+    assert stats.get_value("traps/filtered/host_budget") == 1
+
+
 @pytest.mark.slow
 def test_crawl_of_trap_corners_is_bounded(redis_url: str, tmp_path: Path) -> None:
     spec = SiteSpec(seed=3, hosts=2, pages_per_host=5, features={"calendar", "traps"})
@@ -168,7 +202,19 @@ def test_crawl_of_trap_corners_is_bounded(redis_url: str, tmp_path: Path) -> Non
     assert repeats and all(p.count("/a") <= 2 for p in repeats)
     with sqlite3.connect(tmp_path / "pages.sqlite3") as db:
         errors = [e for (e,) in db.execute("SELECT error FROM pages_metadata") if e]
+        rows = db.execute("SELECT url, status, filtered FROM pages_metadata").fetchall()
     assert any("repeated_segments" in e for e in errors), errors
+    # Every URL a budget refused has a filtered record, and none of them is
+    # over a page that was fetched (a stored page is never replaced).
+    fetched_urls = {f"http://{r['host']}:{report.port}{r['path']}"
+                    for r in report.page_records}  # fmt: skip
+    filtered = {url: reason for url, _, reason in rows if reason}
+    assert "query_variants" in filtered.values(), rows
+    assert not set(filtered) & fetched_urls
+    assert all(status == 0 for url, status, _ in rows if url in filtered)
+    # Store-only: the dead-letter queue holds no budget refusal.
+    dead = _dead_letters(redis_url)
+    assert not [e for e in dead.values() if e["reason"] == "query_variants"]
 
 
 def test_a_redis_restart_holds_the_output_back_instead_of_losing_it(

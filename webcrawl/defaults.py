@@ -41,6 +41,8 @@ LINK_SKIP_EXTENSIONS: list[str] = [
     for ext in scrapy.linkextractors.IGNORED_EXTENSIONS
     if ext not in _fetched_documents
 ]
+# HTML bodies this large (bytes) or larger are parsed in a child process, off the reactor (0: never).
+PARSE_OFFLOAD_BYTES: Annotated[int, Range(0)] = 128 * 1024
 # This worker's name, stored in the worker field of every page it fetches (empty: none).
 WEBCRAWL_WORKER_ID = ""
 

@@ -2,7 +2,8 @@
 ``resume``, ``reset``, ``redis_url``), and their base class.
 
 Settings read: ``REDIS_URL``/``WEBCRAWL_HOME`` (the Redis of the crawl),
-``FRONTIER_LEASE_TIMEOUT`` (a worker silent that long is dead), the Bloom
+``FRONTIER_LEASE_TIMEOUT`` (a worker silent that long is dead),
+``FRONTIER_PARTITIONS`` (unless the crawl's workers recorded theirs), the Bloom
 settings (``BLOOM_*``) and the page store settings (``PAGE_STORE``,
 ``MONGO_URI``, ``SQLITE_PATH``).
 
@@ -20,16 +21,21 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-import redis.asyncio as aredis
 from scrapy.commands import ScrapyCommand
 
 from extensions import config
 from extensions.bloom import AsyncBloomFilter, BloomConfig
-from extensions.connection import TRANSIENT_REDIS_ERRORS, resolve_redis_url
+from extensions.connection import (
+    TRANSIENT_REDIS_ERRORS,
+    cluster_mode,
+    info_per_master,
+    new_async_client,
+    resolve_redis_url,
+)
 from extensions.dlq import DeadLetters
 from extensions.embedded_redis import embedded_unless_configured
 from extensions.fleetstats import fleet_view
-from extensions.frontier import Frontier
+from extensions.frontier import PartitionedFrontier, recorded_partitions
 from extensions.keys import (
     FrontierKeys,
     bloom_meta,
@@ -46,6 +52,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Coroutine, Iterable
 
+    import redis.asyncio as aredis
     from scrapy.settings import BaseSettings, Settings
 
 _T = TypeVar("_T")
@@ -91,7 +98,29 @@ class OperatorCommand(ScrapyCommand):
 
 
 def client_for(settings: BaseSettings) -> aredis.Redis:
-    return aredis.Redis.from_url(resolve_redis_url(settings), socket_timeout=30)
+    """An asyncio client for a command or the status page's threads (a
+    cluster client on a cluster: :func:`cluster_mode` may probe, blocking,
+    which is fine outside a crawl's reactor)."""
+    cluster_mode(settings)
+    return new_async_client(settings)
+
+
+async def partitions_of(
+    settings: BaseSettings, client: aredis.Redis, crawl: str
+) -> int:
+    """The crawl's partition count: the one its workers recorded, else
+    ``FRONTIER_PARTITIONS`` (an operator's settings may lack the workers')."""
+    recorded = await recorded_partitions(client, crawl)
+    return recorded or settings.getint("FRONTIER_PARTITIONS")
+
+
+async def frontier_of(
+    settings: BaseSettings, client: aredis.Redis, crawl: str
+) -> PartitionedFrontier:
+    """The crawl's frontier over all its partitions."""
+    return PartitionedFrontier(
+        client, crawl, await partitions_of(settings, client, crawl)
+    )
 
 
 # -- status --------------------------------------------------------------------
@@ -103,7 +132,7 @@ async def gather_status(
     """Every figure of ``scrapy status``, as one JSON-ready dict."""
     client = client_for(settings)
     try:
-        frontier = Frontier(client, crawl)
+        frontier = await frontier_of(settings, client, crawl)
         alive_ms = int(settings.getfloat("FRONTIER_LEASE_TIMEOUT") * 1000)
         fv = await frontier.overview()
         fleet = await fleet_view(client, crawl, alive_ms, frontier)
@@ -111,13 +140,13 @@ async def gather_status(
             pipe.llen(start_urls(crawl))
             pipe.llen(invalid_start_urls(crawl))
             pipe.exists(bloom_meta(crawl))
-            pipe.info("memory")
-            seeds, invalid, has_bloom, memory = await pipe.execute()
+            seeds, invalid, has_bloom = await pipe.execute()
+        memory = await info_per_master(client, "memory")
         bloom = await _bloom(client, settings, crawl) if has_bloom else None
         # The dead-letter queue itself (not the workers' dlq/<reason> stats,
         # which forget what a requeue or purge took out).
-        dlq_by_reason = await DeadLetters(client, crawl).sizes()
-        retries_pending = int(await client.zcard(frontier.keys.delayed))
+        dlq_by_reason = await DeadLetters(client, crawl, len(frontier.parts)).sizes()
+        retries_pending = await frontier.retries()
     finally:
         await client.aclose()
     store = _store(settings)
@@ -150,12 +179,27 @@ async def gather_status(
         "totals": fleet.totals,
         "top_hosts": [{"host": h, "queued": n} for h, n in fv.top_hosts],
         "bloom": bloom,
-        "redis": {
-            "used_memory": int(memory.get("used_memory", 0)),
-            "used_memory_human": str(memory.get("used_memory_human", "")),
-            "maxmemory": int(memory.get("maxmemory", 0)),
-        },
+        "redis": _memory(memory),
         **store,
+    }
+
+
+def _memory(per_master: list[dict[str, Any]]) -> dict[str, Any]:
+    """Redis memory summed over the masters (one on a plain Redis).
+
+    >>> _memory([{"used_memory": 2097152, "maxmemory": 0}] * 3)
+    {'used_memory': 6291456, 'used_memory_human': '6.00M', 'maxmemory': 0, 'masters': 3}
+    """
+    used = sum(int(m.get("used_memory", 0)) for m in per_master)
+    return {
+        "used_memory": used,
+        "used_memory_human": (
+            str(per_master[0].get("used_memory_human", ""))
+            if len(per_master) == 1
+            else f"{used / 2**20:.2f}M"
+        ),
+        "maxmemory": sum(int(m.get("maxmemory", 0)) for m in per_master),
+        "masters": len(per_master),
     }
 
 
@@ -316,7 +360,7 @@ async def set_paused(
     """Pause or resume the fleet; False when it already was in that state."""
     client = client_for(settings)
     try:
-        frontier = Frontier(client, crawl)
+        frontier = await frontier_of(settings, client, crawl)
         return await (frontier.pause() if paused else frontier.resume())
     finally:
         await client.aclose()
@@ -330,12 +374,16 @@ def key_kind(crawl: str, key: str) -> str:
 
     >>> key_kind("web", "web:{web}:q:http://a.test:80")
     'frontier q'
+    >>> key_kind("web", "web:{web:p3}:ready")
+    'frontier ready'
     >>> key_kind("web", "web:bloom:meta"), key_kind("web", "web:start_urls")
     ('bloom', 'seeds')
     """
     tagged = FrontierKeys(crawl).tagged
     if key.startswith(tagged):
         return "frontier " + key[len(tagged) :].split(":", 1)[0]
+    if key.startswith(f"{crawl}:{{{crawl}:p"):  # another partition's tag
+        return "frontier " + key.split("}:", 1)[1].split(":", 1)[0]
     if key in (start_urls(crawl), invalid_start_urls(crawl)):
         return "seeds"
     return key[len(crawl) + 1 :].split(":", 1)[0]

@@ -30,6 +30,22 @@ A store keeps two record kinds, after seed 000 section 4.6:
 Writes are idempotent upserts by ``_id``: a batch may be written twice (a retry
 after a connection dropped mid-flush) with the same result.
 
+``headers`` (non-HTML records: a PDF, an image...) holds the response's
+headers as a list of ``[name, value]`` pairs (names lower-cased, in the
+order received, ``Set-Cookie`` left out), at most
+:data:`pipelines.batching.HEADERS_MAX_BYTES` of them; None for HTML pages
+(their metadata is extracted) and failures. A list, not a mapping: a header
+may repeat, and a name is never a MongoDB field name.
+
+``filtered`` names the trap limit that refused a URL before it was ever
+requested (``host_budget``, ``query_variants``, ``url_too_long``...; see
+``extensions.traps``): a *filtered record*, metadata only, with the
+refusal in ``error``. It is written only where the page has no record yet:
+a filtered record never replaces a stored page (a trap budget, counted in
+a HyperLogLog, cannot tell a URL it admitted before), in one statement
+(SQLite ``ON CONFLICT DO NOTHING``, MongoDB ``$setOnInsert``), so two
+workers cannot race a fetched page out.
+
 History (continuous crawling): each write of a page appends a visit to its
 metadata's ``history`` list (:func:`visit`: fetched at, status, content hash,
 changed or not), at most ``history_max`` (``PAGE_HISTORY_MAX``) of the most
@@ -82,6 +98,8 @@ METADATA_FIELDS: dict[str, str] = {
     "worker": "TEXT",
     "checked_at": "REAL",
     "history": "TEXT",
+    "headers": "TEXT",
+    "filtered": "TEXT",
 }
 CONTENT_FIELDS: dict[str, str] = {
     "_id": "TEXT PRIMARY KEY",

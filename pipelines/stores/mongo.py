@@ -2,10 +2,12 @@
 
 Collections ``pages_metadata``, ``pages_content`` and ``pages_simhash``
 (``{_id: page id, simhash: hex, bands: [int]}``, see
-:mod:`pipelines.stores.base`), and ``spilled_requests`` (``{_id: "<host>
+:mod:`pipelines.stores.base`), ``recrawl_schedule`` (``{_id: url, due:
+ms, record: str}``, the continuous crawl's store-side schedule,
+:mod:`pipelines.stores.schedule`) and ``spilled_requests`` (``{_id: "<host>
 <score>", host, score, member}``: the frontier spill); indexes created at
 open: ``url`` unique, ``domain``, ``fetched_at``, ``content_hash``, ``bands``
-(multikey) and ``(host, score)`` unique. A
+(multikey), the schedule's ``due`` and the spill's ``(host, score)`` unique. A
 batch is three unordered bulk writes of ``ReplaceOne(upsert=True)`` by
 ``_id`` (metadata first, then the content and the band index of the metadata
 that was written), so a retried batch is harmless.
@@ -67,7 +69,7 @@ from pipelines.stores.base import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from scrapy.settings import BaseSettings
 
@@ -168,15 +170,12 @@ class MongoStore:
             )
             db["pages_versions"].create_index("url", name="url")
             db["pages_simhash"].create_index("bands", name="bands")
+            db["recrawl_schedule"].create_index("due", name="due")
             db[SPILL].create_index(
                 [("host", 1), ("score", 1)], unique=True, name="host_score"
             )
-        except ConnectionFailure as e:
-            raise TransientStoreError(f"mongodb unreachable: {e}") from e
-        except OperationFailure as e:
-            if _is_transient(e.code, _labels(e)):
-                raise TransientStoreError(f"mongodb: {e}") from e
-            raise PermanentStoreError(f"mongodb: {e}") from e
+        except (ConnectionFailure, OperationFailure) as e:
+            raise _store_error(e) from e
         self._db = db
         logger.info("Page store: MongoDB %s", self)
 
@@ -209,12 +208,13 @@ class MongoStore:
             visits=visits,
         )
         result.written = len(written)
+        # A filtered record leaves a stored page's content and bands alone
+        # (its metadata write was an insert only, see _bulk).
+        kept = visits | {d["_id"] for d in metadata_docs if d.get("filtered")}
         stale = [
             d["_id"]
             for d in metadata_docs
-            if d["_id"] in written
-            and not d.get("has_content")
-            and d["_id"] not in visits
+            if d["_id"] in written and not d.get("has_content") and d["_id"] not in kept
         ]
         content = [
             d
@@ -238,7 +238,7 @@ class MongoStore:
             and d.get("simhash")
         ]
         # A visit (a 304) keeps the stored content, so it keeps its bands.
-        indexed = {d["_id"] for d in originals} | visits
+        indexed = {d["_id"] for d in originals} | kept
         self._bulk(
             db["pages_simhash"],
             originals,
@@ -402,10 +402,18 @@ class MongoStore:
     ) -> set[str]:
         """Upsert ``docs`` (and delete ``delete_ids``) in one unordered bulk
         write; return the ids of the documents written. The ``visits`` ids
-        update only the fields their document names."""
+        update only the fields their document names; a filtered record is
+        written only where none is stored."""
         ops: list[Any] = [
             UpdateOne({"_id": d["_id"]}, {"$set": d})
             if d["_id"] in visits
+            # A filtered record never replaces a stored page (see base).
+            else UpdateOne(
+                {"_id": d["_id"]},
+                {"$setOnInsert": {k: v for k, v in d.items() if k != "_id"}},
+                upsert=True,
+            )
+            if d.get("filtered")
             else ReplaceOne({"_id": d["_id"]}, d, upsert=True)
             for d in docs
         ]
@@ -515,6 +523,37 @@ class MongoStore:
     def content_count(self) -> int:
         return int(self._database()["pages_content"].count_documents({}))
 
+    # --- the continuous crawl's store-side schedule ---------------------------
+    def schedule_put(self, entries: Sequence[tuple[str, int, str]]) -> None:
+        """Set the next visit (``due``, ms) and record of each ``url``."""
+        ops = [ReplaceOne({"_id": u}, {"_id": u, "due": d, "record": r}, upsert=True)
+               for u, d, r in entries]  # fmt: skip
+        if ops:
+            self._schedule(lambda c: c.bulk_write(ops, ordered=False))
+
+    def schedule_due(self, until: int, limit: int) -> list[tuple[str, int, str]]:
+        """Up to ``limit`` entries due at or before ``until`` (ms), earliest first."""
+        docs = self._schedule(
+            lambda c: list(c.find({"due": {"$lte": until}}).sort("due", 1).limit(limit))
+        )
+        return [(str(d["_id"]), int(d["due"]), str(d["record"])) for d in docs]
+
+    def schedule_delete(self, entries: Sequence[tuple[str, int]]) -> None:
+        """Remove each ``(url, due)`` still due then (an entry rescheduled
+        meanwhile has another ``due`` and stays)."""
+        ops = [DeleteOne({"_id": u, "due": d}) for u, d in entries]
+        if ops:
+            self._schedule(lambda c: c.bulk_write(ops, ordered=False))
+
+    def schedule_count(self) -> int:
+        return int(self._schedule(lambda c: c.count_documents({})))
+
+    def _schedule(self, call: Callable[[Any], Any]) -> Any:
+        try:
+            return call(self._database()["recrawl_schedule"])
+        except (ConnectionFailure, OperationFailure) as e:
+            raise _store_error(e) from e
+
     # -- the frontier spill (extensions.spill.SpillStore) ----------------------
 
     def spill_append(self, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
@@ -533,6 +572,19 @@ class MongoStore:
         return spill_clear(self._database())
 
 
+def _store_error(
+    error: ConnectionFailure | OperationFailure, what: str = ""
+) -> Exception:
+    """The store error a connection failure or a refused operation (of
+    ``what``, named in the message) stands for."""
+    where = f"mongodb {what}" if what else "mongodb"
+    if isinstance(error, ConnectionFailure):
+        return TransientStoreError(f"{where} unreachable: {error}")
+    if _is_transient(error.code, _labels(error)):
+        return TransientStoreError(f"{where}: {error}")
+    return PermanentStoreError(f"{where}: {error}")
+
+
 def _labels(error: PyMongoError) -> list[str]:
     labels = getattr(error, "_error_labels", None)
     return sorted(labels) if labels else []
@@ -548,15 +600,8 @@ class _SpillErrors:
         return None
 
     def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
-        if isinstance(error, ConnectionFailure):
-            raise TransientStoreError(f"mongodb {self.what}: {error}") from error
-        if isinstance(error, OperationFailure):
-            cls = (
-                TransientStoreError
-                if _is_transient(error.code, _labels(error))
-                else PermanentStoreError
-            )
-            raise cls(f"mongodb {self.what}: {error}") from error
+        if isinstance(error, (ConnectionFailure, OperationFailure)):
+            raise _store_error(error, self.what) from error
 
 
 def _spill_id(host: str, score: int) -> str:

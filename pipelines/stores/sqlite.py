@@ -6,6 +6,8 @@ Used when ``MONGO_URI`` is empty, at ``WEBCRAWL_HOME/pages.sqlite3``: tables
 :data:`pipelines.stores.base.METADATA_FIELDS` and ``CONTENT_FIELDS`` (``_id``
 is the column ``id``), and ``pages_simhash`` (``band``, ``id``, ``simhash``:
 four rows per original page, primary key ``(band, id)``, indexed by ``id``),
+``recrawl_schedule`` (``url`` primary key, ``due`` indexed, ``record``:
+the continuous crawl's store-side schedule, :mod:`pipelines.stores.schedule`)
 and ``spilled_requests`` (``host``, ``score``, ``member``: requests waiting
 outside Redis, see :class:`SpillStore`, primary key ``(host, score)``).
 WAL journaling lets ``python -m pipelines.read`` read while a crawl writes.
@@ -85,8 +87,12 @@ def _store_error(error: sqlite3.Error, what: str) -> Exception:
     return cls(f"sqlite {what}: {error}")
 
 
-# Metadata columns added with continuous crawling (pipelines.stores.base).
+# Metadata columns added with continuous crawling, then the headers of
+# non-HTML records (pipelines.stores.base): a store written before gains them.
 HISTORY_COLUMNS = ("checked_at", "history")
+ADDED_COLUMNS = (*HISTORY_COLUMNS, "headers", "filtered")
+# Columns kept as JSON text (MongoDB keeps the lists themselves).
+JSON_COLUMNS = ("history", "headers")
 
 # The near-duplicate band index (see pipelines.stores.base): a page's rows go
 # with its metadata row, in the same transaction.
@@ -101,6 +107,11 @@ SIMHASH_TABLE = (
 SPILL_TABLE = (
     f"CREATE TABLE IF NOT EXISTS {SPILL} (host TEXT NOT NULL, score INTEGER NOT "
     "NULL, member BLOB NOT NULL, PRIMARY KEY (host, score)) WITHOUT ROWID"
+)
+
+SCHEDULE_TABLE = (
+    "CREATE TABLE IF NOT EXISTS recrawl_schedule (url TEXT PRIMARY KEY, "
+    "due INTEGER NOT NULL, record TEXT NOT NULL)"
 )
 
 
@@ -128,6 +139,20 @@ def _upsert_sql(table: str, fields: dict[str, str]) -> str:
     )
 
 
+def _insert_sql(table: str, fields: dict[str, str]) -> str:
+    """An insert that leaves a stored row alone (a filtered record).
+
+    >>> _insert_sql("t", {"_id": "TEXT", "a": "TEXT"})
+    'INSERT INTO t (id, a) VALUES (?, ?) ON CONFLICT DO NOTHING'
+    """
+    cols = [_column(n) for n in fields]
+    marks = ", ".join("?" for _ in cols)
+    return (
+        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks}) "
+        "ON CONFLICT DO NOTHING"
+    )
+
+
 class SQLiteStore:
     """:class:`~pipelines.stores.base.PageStore` on a SQLite file.
 
@@ -147,6 +172,7 @@ class SQLiteStore:
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._meta_sql = _upsert_sql("pages_metadata", METADATA_FIELDS)
+        self._filtered_sql = _insert_sql("pages_metadata", METADATA_FIELDS)
         self._content_sql = _upsert_sql("pages_content", CONTENT_FIELDS)
 
     @classmethod
@@ -185,11 +211,12 @@ class SQLiteStore:
                     "CREATE INDEX IF NOT EXISTS pages_versions_page_id "
                     "ON pages_versions (page_id, fetched_at)"
                 )
-                # A store written before continuous crawling lacks its two
-                # columns: add them, empty. Older schemas are still refused.
+                # A store written before continuous crawling (or before
+                # headers were kept) lacks those columns: add them, empty.
+                # Older schemas are still refused.
                 have = {r[1] for r in conn.execute("PRAGMA table_info(pages_metadata)")}
                 if have and "worker" in have:
-                    for name in HISTORY_COLUMNS:
+                    for name in ADDED_COLUMNS:
                         if name not in have:
                             conn.execute(
                                 f"ALTER TABLE pages_metadata ADD COLUMN {name} "
@@ -202,6 +229,11 @@ class SQLiteStore:
                     )
                 conn.execute(SIMHASH_TABLE)
                 conn.execute(SPILL_TABLE)
+                conn.execute(SCHEDULE_TABLE)
+                conn.execute(
+                    "CREATE INDEX IF NOT EXISTS recrawl_schedule_due "
+                    "ON recrawl_schedule (due)"
+                )
                 conn.execute(
                     "CREATE INDEX IF NOT EXISTS pages_simhash_id ON pages_simhash (id)"
                 )
@@ -245,6 +277,17 @@ class SQLiteStore:
                                 self.history_max,
                             )
                         )
+                        if doc.get("filtered"):
+                            # Never over a stored page (see base): one
+                            # statement, whatever another worker wrote.
+                            full = {**doc, "checked_at": doc.get("fetched_at"),
+                                    "history": history}  # fmt: skip
+                            conn.execute(
+                                self._filtered_sql,
+                                [full.get(n) for n in METADATA_FIELDS],
+                            )
+                            written.add(doc["_id"])
+                            continue
                         if doc.get("status") == NOT_MODIFIED and previous:
                             # A visit only: the stored page and content stand.
                             conn.execute(
@@ -260,6 +303,9 @@ class SQLiteStore:
                             **doc,
                             "checked_at": doc.get("fetched_at"),
                             "history": history,
+                            "headers": None
+                            if doc.get("headers") is None
+                            else json.dumps(doc["headers"]),
                         }
                         row = [full.get(n) for n in METADATA_FIELDS]
                         try:
@@ -405,8 +451,11 @@ class SQLiteStore:
         docs = []
         for row in rows:
             doc = {("_id" if k == "id" else k): row[k] for k in row.keys()}  # noqa: SIM118
-            # SQLite keeps the visit history as JSON text (MongoDB: a list).
+            # SQLite keeps the visit history and the headers as JSON text
+            # (MongoDB: lists).
             doc["history"] = json.loads(doc.get("history") or "[]")
+            if doc.get("headers") is not None:
+                doc["headers"] = json.loads(doc["headers"])
             docs.append(doc)
         return docs
 
@@ -453,39 +502,74 @@ class SQLiteStore:
             after = (docs[-1]["fetched_at"], docs[-1]["_id"])
 
     def count(self) -> int:
-        with self._lock:
-            row = (
-                self._connection()
-                .execute("SELECT COUNT(*) FROM pages_metadata")
-                .fetchone()
-            )
-            return int(row[0])
+        return self._rows("pages_metadata")
 
     def content_count(self) -> int:
+        return self._rows("pages_content")
+
+    def _rows(self, table: str) -> int:
         with self._lock:
-            row = (
-                self._connection()
-                .execute("SELECT COUNT(*) FROM pages_content")
-                .fetchone()
-            )
+            row = self._connection().execute(f"SELECT COUNT(*) FROM {table}").fetchone()
             return int(row[0])
 
-    # -- the frontier spill (extensions.spill.SpillStore) ----------------------
+    # --- the continuous crawl's store-side schedule ---------------------------
+    def schedule_put(self, entries: Sequence[tuple[str, int, str]]) -> None:
+        """Set the next visit (``due``, ms) and record of each ``url``."""
+        self._write_many(
+            "INSERT INTO recrawl_schedule (url, due, record) VALUES (?, ?, ?) "
+            "ON CONFLICT (url) DO UPDATE SET due = excluded.due, "
+            "record = excluded.record",
+            entries,
+            "write the schedule",
+        )
 
-    def _spill(self, what: str, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    def schedule_due(self, until: int, limit: int) -> list[tuple[str, int, str]]:
+        """Up to ``limit`` entries due at or before ``until`` (ms), earliest first."""
         with self._lock:
-            conn = self._connection()
             try:
-                with conn:
+                rows = (
+                    self._connection()
+                    .execute(
+                        "SELECT url, due, record FROM recrawl_schedule WHERE due <= ? "
+                        "ORDER BY due LIMIT ?",
+                        (until, limit),
+                    )
+                    .fetchall()
+                )
+            except sqlite3.Error as e:
+                raise _store_error(e, "read the schedule") from e
+        return [(str(u), int(d), str(r)) for u, d, r in rows]
+
+    def schedule_delete(self, entries: Sequence[tuple[str, int]]) -> None:
+        """Remove each ``(url, due)`` still due then (an entry rescheduled
+        meanwhile has another ``due`` and stays)."""
+        self._write_many(
+            "DELETE FROM recrawl_schedule WHERE url = ? AND due = ?",
+            entries,
+            "write the schedule",
+        )
+
+    def schedule_count(self) -> int:
+        return self._rows("recrawl_schedule")
+
+    def _write_many(self, sql: str, rows: Sequence[tuple[Any, ...]], what: str) -> None:
+        """Run ``sql`` over ``rows`` in one transaction."""
+        if not rows:
+            return
+        with self._lock:
+            try:
+                with self._connection() as conn:
                     conn.executemany(sql, rows)
             except sqlite3.Error as e:
                 raise _store_error(e, what) from e
 
+    # -- the frontier spill (extensions.spill.SpillStore) ----------------------
+
     def spill_append(self, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
-        self._spill(
-            "spill append",
+        self._write_many(
             f"INSERT OR IGNORE INTO {SPILL} (host, score, member) VALUES (?, ?, ?)",
             [(host, int(score), bytes(member)) for score, member in entries],
+            "spill append",
         )
 
     def spill_take(self, host: str, n: int) -> list[tuple[int, bytes]]:
@@ -505,10 +589,10 @@ class SQLiteStore:
         return [(int(score), bytes(member)) for score, member in rows]
 
     def spill_delete(self, host: str, scores: Sequence[int]) -> None:
-        self._spill(
-            "spill delete",
+        self._write_many(
             f"DELETE FROM {SPILL} WHERE host = ? AND score = ?",
             [(host, int(score)) for score in scores],
+            "spill delete",
         )
 
     def spill_clear(self) -> int:

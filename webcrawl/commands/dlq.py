@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import UsageError
 
 from extensions.dlq import DeadLetters
-from webcrawl.operate import OperatorCommand, client_for
+from webcrawl.operate import OperatorCommand, client_for, partitions_of
 
 if TYPE_CHECKING:
     import argparse
@@ -57,7 +57,8 @@ async def dlq_action(
 ) -> None:
     client = client_for(settings)
     try:
-        dlq = DeadLetters(client, opts.crawl)
+        partitions = await partitions_of(settings, client, opts.crawl)
+        dlq = DeadLetters(client, opts.crawl, partitions)
         if action == "list":
             entries = await dlq.entries(opts.reason, opts.host)
             if opts.json:

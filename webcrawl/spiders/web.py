@@ -2,9 +2,8 @@
 
 Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
 ``MAX_IDLE_TIME_BEFORE_CLOSE``, ``WEB_ALLOWED_DOMAINS``,
-``WEB_SCOPE_SEED_HOSTS``, ``WEBCRAWL_WORKER_ID``, ``LINK_SKIP_EXTENSIONS``
-(defaults in
-:mod:`webcrawl.defaults`),
+``WEB_SCOPE_SEED_HOSTS``, ``WEBCRAWL_WORKER_ID``, ``LINK_SKIP_EXTENSIONS``,
+``PARSE_OFFLOAD_BYTES`` (defaults in :mod:`webcrawl.defaults`),
 ``REDIS_RETRY_MAX``, ``RECRAWL_ENABLED``, ``MAX_OUTLINKS_PER_PAGE``
 (:mod:`extensions.defaults`) and Scrapy's
 ``URLLENGTH_LIMIT`` (the longest seed URL accepted; 0 keeps the 2083 cap,
@@ -43,9 +42,13 @@ import contextlib
 import logging
 import time
 import zlib
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import get_context
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from lxml.etree import LxmlError
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import HtmlResponse, Response
@@ -59,11 +62,13 @@ from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.dlq import dead_letter
 from extensions.failures import FAILURE_META, classify_exception
 from extensions.meta import FRONTIER_LEASE, RECRAWL_RECORD, SITEMAP_CHANGEFREQ
+from extensions.scheduler import wake_engine
 from extensions.seeds import SeedList, seed_url_limit
 from extensions.serialization import UnserializableRequest
 from extensions.signals import request_dead
+from extensions.traps import TrapFiltered
 from pipelines.items import PageItem
-from pipelines.processing import extract
+from pipelines.processing import Extracted, extract
 from webcrawl import defaults
 from webcrawl.addon import refuse
 
@@ -80,6 +85,9 @@ logger = logging.getLogger(__name__)
 # for its off-scope, nofollow and skipped links, while a page with 100,000
 # links costs the reactor a bounded parse (it held it for seconds).
 ANCHORS_PER_OUTLINK = 2
+# Links of a page examined between two turns of the event loop (~2 ms of
+# work): a page's up to 2 x MAX_OUTLINKS_PER_PAGE anchors never hold it long.
+LINK_CHUNK = 100
 # Largest decompressed sitemap read (the sitemaps protocol's own limit).
 DOWNLOAD_MAXSIZE = 50 * 1024 * 1024
 
@@ -130,6 +138,8 @@ class WebSpider(Spider):
     recrawl: bool
     skip_suffixes: tuple[str, ...]
     max_anchors: int | None
+    offload_bytes: int
+    _pool: ProcessPoolExecutor | None
 
     def __init__(
         self,
@@ -170,6 +180,8 @@ class WebSpider(Spider):
         spider.seed_url_limit = seed_url_limit(s)
         spider.poll_retry_max = s.getfloat("REDIS_RETRY_MAX")
         spider.max_idle = s.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE")
+        spider.offload_bytes = s.getint("PARSE_OFFLOAD_BYTES")
+        spider._pool = None
         spider.worker = s.get("WEBCRAWL_WORKER_ID") or None
         max_outlinks = s.getint("MAX_OUTLINKS_PER_PAGE")
         spider.max_anchors = max_outlinks * ANCHORS_PER_OUTLINK or None
@@ -294,10 +306,26 @@ class WebSpider(Spider):
         now = time.monotonic()
         if getattr(self, "_idle_since", None) is None:
             self._idle_since = now
-        if self.max_idle <= 0 or now - (self._idle_since or now) < self.max_idle:
+        idle_for = now - (self._idle_since or now)
+        if self.max_idle <= 0:
+            raise DontCloseSpider
+        if idle_for < self.max_idle:
+            # The engine asks again at its next 5 s heartbeat: without a
+            # wake-up at the deadline a 6 s idle time closed after 10 to 15 s.
+            timer = getattr(self, "_idle_timer", None)
+            if timer is not None:
+                timer.cancel()
+            self._idle_timer = asyncio.get_running_loop().call_later(
+                self.max_idle - idle_for, wake_engine, self.crawler
+            )
             raise DontCloseSpider
 
     def _on_closed(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        timer = getattr(self, "_idle_timer", None)
+        if timer is not None:
+            timer.cancel()
         poller = getattr(self, "_poller", None)
         if poller is not None:
             poller.cancel()
@@ -339,14 +367,15 @@ class WebSpider(Spider):
             request = request.replace(url=urls[0])
         return fingerprinter.fingerprint(request).hex()
 
-    def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+    async def parse(self, response: Response, **kwargs: Any) -> AsyncIterator[Any]:
         if response.status == 304:
             # A revisit's conditional GET: not modified, nothing to parse.
             yield self._item(response)
             return
         if not isinstance(response, HtmlResponse) and _looks_like_sitemap(response):
             # Sitemap: lines of robots.txt arrive as seeds (extensions.robots).
-            yield from self._sitemap_links(response)
+            for request in self._sitemap_links(response):
+                yield request
             yield self._item(response)
             return
         item = self._item(response)
@@ -354,28 +383,62 @@ class WebSpider(Spider):
             # One parse serves the links here and the pipeline's text and
             # fingerprints (the item carries it), and one rule decides
             # noindex/nofollow for both (pipelines.processing.robots_directives).
-            page = extract(
-                item.body, response.url, item.headers, item.encoding, self.max_anchors
-            )
+            page = await self._extract(item, response.url)
             item.extracted = page
+            stats = self.crawler.stats
+            assert stats is not None
             if page.links_unexamined:
-                assert self.crawler.stats is not None
-                self.crawler.stats.inc_value("links/unexamined", page.links_unexamined)
+                stats.inc_value("links/unexamined", page.links_unexamined)
             seen: set[str] = set()
-            for link in page.follow_links():
+            for n, link in enumerate(page.follow_links(), 1):
+                if n % LINK_CHUNK == 0:
+                    # Give the reactor a turn between chunks of links.
+                    await asyncio.sleep(0)
                 url = link.url
                 if url in seen or not self._in_scope(url):
                     continue
                 seen.add(url)
                 skipped = self._skipped_extension(url)
                 if skipped is not None:
-                    assert self.crawler.stats is not None
-                    self.crawler.stats.inc_value(f"links/skipped/{skipped}")
+                    stats.inc_value(f"links/skipped/{skipped}")
                     continue
                 # DepthMiddleware sets meta["depth"]; RefererMiddleware the
                 # Referer header.
                 yield Request(url, errback=self.on_error)
         yield item
+
+    async def _extract(self, item: PageItem, url: str) -> Extracted:
+        """:func:`pipelines.processing.extract` of the page: in this process,
+        or in the parse pool's child for a body of ``PARSE_OFFLOAD_BYTES`` or
+        more. The parser and the main-text extractor are C code that holds
+        the GIL (a thread would not help): a 4 MB page of 100,000 links held
+        the reactor 0.3 to 0.6 s (``python -m bench.stall``)."""
+        args = (item.body, url, item.headers, item.encoding, self.max_anchors)
+        if not self.offload_bytes or len(item.body) < self.offload_bytes:
+            return extract(*args)
+        stats = self.crawler.stats
+        assert stats is not None
+        if self._pool is None:
+            # spawn, not fork: this process runs threads (DNS, stores).
+            self._pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
+        try:
+            page = await asyncio.wrap_future(self._pool.submit(extract, *args))
+        except BrokenProcessPool:
+            # The child died: killed, out of memory, or it could not start
+            # (multiprocessing's spawn imports the main module again: a
+            # script that starts a crawl without an ``if __name__ ==
+            # "__main__"`` guard). Parse here from now on, rather than
+            # starting child after child.
+            stats.inc_value("parse/pool_broken")
+            logger.warning(
+                "The parse pool's process died; parsing every page in this "
+                "process from now on (PARSE_OFFLOAD_BYTES ignored)"
+            )
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool, self.offload_bytes = None, 0
+            return extract(*args)
+        stats.inc_value("parse/offloaded")
+        return page
 
     def _skipped_extension(self, url: str) -> str | None:
         """The ``LINK_SKIP_EXTENSIONS`` entry ``url``'s path ends with, if any
@@ -393,21 +456,43 @@ class WebSpider(Spider):
         return any(host == d or host.endswith("." + d) for d in self.allowed_domains)
 
     def _sitemap_links(self, response: Response) -> Iterator[Request]:
-        body = gunzip_if_needed(response)
-        try:
-            sitemap = Sitemap(body)
-        except Exception:  # lxml's errors on hostile XML
-            self.crawler.stats.inc_value("web/sitemap_unparseable")
-            return
-        for entry in sitemap:
+        for entry in self._sitemap_entries(gunzip_if_needed(response)):
             loc = entry.get("loc")
-            if loc and self._in_scope(response.urljoin(loc)):
+            if not loc:
+                continue
+            try:
+                url = response.urljoin(loc)
+                in_scope = self._in_scope(url)
+            except ValueError:
+                # Not a URL (``http://[oops/``: urlsplit refuses it): skip
+                # the entry, not the rest of the sitemap.
+                assert self.crawler.stats is not None
+                self.crawler.stats.inc_value("web/sitemap_invalid_loc")
+                continue
+            if in_scope:
                 freq = entry.get("changefreq") if self.recrawl else None
                 yield Request(
-                    response.urljoin(loc),
+                    url,
                     errback=self.on_error,
                     meta={SITEMAP_CHANGEFREQ: freq} if freq else None,
                 )
+
+    def _sitemap_entries(self, body: bytes) -> Iterator[dict[str, Any]]:
+        """The entries of a sitemap, until the XML is past recovery.
+
+        Scrapy's :class:`~scrapy.utils.sitemap.Sitemap` parses lazily (lxml's
+        ``iterparse``, in recover mode): a document with no root element at
+        all (empty, binary, plain text) raises ``StopIteration`` when it is
+        opened, hostile XML an ``lxml.etree.LxmlError`` then or while it is
+        read. Those are counted (``web/sitemap_unparseable``) and end the
+        sitemap; any other error is a bug and surfaces.
+        """
+        try:
+            yield from Sitemap(body)
+        except (LxmlError, StopIteration):
+            stats = self.crawler.stats
+            assert stats is not None
+            stats.inc_value("web/sitemap_unparseable")
 
     def on_error(self, failure: Failure) -> Iterator[PageItem]:
         """The final-failure path of every request: the page is stored with
@@ -434,9 +519,13 @@ class WebSpider(Spider):
             lease=request.meta.get(FRONTIER_LEASE),
             worker=self.worker,
             recrawl=request.meta.get(RECRAWL_RECORD),
+            # Refused before any request: the store keeps a stored page.
+            filtered=value.reason if isinstance(value, TrapFiltered) else None,
         )
 
     def _dead_letter(self, request: Request, value: BaseException | None) -> None:
+        if isinstance(value, TrapFiltered) and not value.dead_letter:
+            return  # a trap budget's refusal: a filtered record only
         record = request.meta.get(FAILURE_META) or {}
         status = None
         if isinstance(value, HttpError):

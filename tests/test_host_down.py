@@ -1,0 +1,229 @@
+"""A server that stays down has a bounded total (issue 12): once it has failed
+every connection for ``HOST_DOWN_AFTER``, it is judged down, its queued and
+delayed requests are dead-lettered as ``host_down`` in one script, its new
+requests go straight to the dead-letter queue while the verdict lasts, and a
+response ends the verdict. Against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio as aredis
+from scrapy import Request, Spider
+from scrapy.exceptions import DownloadConnectionRefusedError
+from scrapy.statscollectors import MemoryStatsCollector
+
+from extensions import defaults, hosts, meta
+from extensions.backoff import BackoffMiddleware
+from extensions.dlq import DeadLetters
+from extensions.failures import FAILURE_META, FailurePolicyMiddleware
+from extensions.frontier import Frontier, QueuedRequest
+from extensions.keys import FrontierKeys
+from tests.utils import get_crawler
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    import redis
+
+DOWN = "http://down.test:80"
+OTHER = "http://up.test:80"
+K = FrontierKeys("web")
+AFTER_MS = 900_000
+
+
+def run(redis_url: str, body: Callable[[aredis.Redis], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        client = aredis.Redis.from_url(redis_url)
+        try:
+            return await body(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+def failing_for(client: redis.Redis, hostkey: str, ms: int, fails: int = 5) -> None:
+    sec, usec = client.time()
+    now = int(sec) * 1000 + int(usec) // 1000
+    client.hset(K.host(hostkey), mapping={"fails": fails, "failing_since": now - ms})
+
+
+def queue_some(redis_url: str) -> None:
+    async def body(client: aredis.Redis) -> None:
+        frontier = Frontier(client, "web")
+        await frontier.commit(
+            [
+                QueuedRequest(DOWN, 5, b"http://down.test/a"),
+                QueuedRequest(DOWN, -2, b'http://down.test/b\n{"m":{"depth":1}}'),
+                QueuedRequest(DOWN, 0, b"http://down.test/retry", delay_ms=60_000),
+                QueuedRequest(OTHER, 0, b"http://up.test/x"),
+                QueuedRequest(OTHER, 0, b"http://up.test/later", delay_ms=60_000),
+            ]
+        )
+
+    run(redis_url, body)
+
+
+def judge(redis_url: str, after_ms: int = AFTER_MS) -> tuple[int, int, bool]:
+    async def body(client: aredis.Redis) -> tuple[int, int, bool]:
+        return await DeadLetters(client, "web").host_down(
+            DOWN, after_ms, 3_600_000, "host down: refused"
+        )
+
+    return run(redis_url, body)
+
+
+def test_a_host_failing_long_enough_is_swept_into_the_dlq(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    queue_some(redis_url)
+    failing_for(redis_client, DOWN, AFTER_MS - 60_000)
+    assert judge(redis_url) == (0, 0, False)  # not long enough: nothing moves
+    assert redis_client.zcard(K.queue(DOWN)) == 2
+    failing_for(redis_client, DOWN, AFTER_MS + 1000)
+    swept, down, made = judge(redis_url)
+    assert swept == 3 and down > 0 and made
+    # Its queue, its place in the schedule and its delayed retry are gone;
+    # the other host is untouched.
+    assert not redis_client.exists(K.queue(DOWN))
+    assert redis_client.zscore(K.ready, DOWN) is None
+    assert redis_client.zcard(K.queue(OTHER)) == 1
+    delayed = redis_client.zrange(K.delayed, 0, -1)
+    assert [m.split(b"\n")[0] for m in delayed] == [OTHER.encode()]
+    # Parked as long as the verdict: nothing of it is leased meanwhile.
+    assert int(redis_client.hget(K.host(DOWN), "park")) == down
+    entries = {
+        e["url"]: e
+        for e in (json.loads(v) for v in redis_client.hvals(K.dlq))  # type: ignore[union-attr]
+    }
+    assert set(entries) == {
+        "http://down.test/a",
+        "http://down.test/b",
+        "http://down.test/retry",
+    }
+    assert {e["reason"] for e in entries.values()} == {"host_down"}
+    assert entries["http://down.test/a"]["priority"] == 5
+    assert entries["http://down.test/b"]["priority"] == -2
+    assert entries["http://down.test/b"]["request"] == (
+        'http://down.test/b\n{"m":{"depth":1}}'
+    )
+    assert entries["http://down.test/a"]["host"] == DOWN
+    assert redis_client.hget(K.dlq_reasons, "host_down") == b"3"
+    # A verdict in force: judging again moves nothing and says until when.
+    assert judge(redis_url) == (0, down, False)
+
+
+def test_new_requests_of_a_down_host_go_straight_to_the_dlq_until_it_answers(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    failing_for(redis_client, DOWN, AFTER_MS + 1000)
+    assert judge(redis_url)[1] > 0
+
+    async def commit(client: aredis.Redis) -> tuple[int, int]:
+        return await Frontier(client, "web").commit(
+            [
+                QueuedRequest(DOWN, 0, b"http://down.test/new"),
+                QueuedRequest(DOWN, 0, b"http://down.test/new-retry", delay_ms=5),
+                QueuedRequest(OTHER, 0, b"http://up.test/new"),
+            ]
+        )
+
+    assert run(redis_url, commit) == (1, 0)
+    assert not redis_client.exists(K.queue(DOWN))
+    assert redis_client.zcard(K.delayed) == 0
+    assert redis_client.hexists(K.dlq, "http://down.test/new")
+    assert redis_client.hexists(K.dlq, "http://down.test/new-retry")
+    assert redis_client.zcard(K.queue(OTHER)) == 1
+
+    # A response ends the verdict: the host's requests are queued again.
+    async def answer(client: aredis.Redis) -> None:
+        await hosts.HostRecords(client, "web").succeed(DOWN)
+
+    run(redis_url, answer)
+    assert redis_client.hget(K.host(DOWN), "down") is None
+    assert run(redis_url, commit) == (2, 0)
+    assert redis_client.zcard(K.queue(DOWN)) == 1
+
+
+def _crawler(redis_url: str, **settings: Any) -> Any:
+    crawler = get_crawler(Spider, settings_dict={"REDIS_URL": redis_url, **settings})
+    crawler.spider = Spider("web")
+    crawler.stats = MemoryStatsCollector(crawler)
+    return crawler
+
+
+def test_a_failure_under_a_verdict_is_given_up_as_host_down(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The back-off middleware (560) judges the host and marks the request;
+    the failure policy (550) then gives it up instead of retrying it."""
+    crawler = _crawler(redis_url, HOST_DOWN_AFTER=AFTER_MS / 1000)
+    backoff = BackoffMiddleware.from_crawler(crawler)
+    policy = FailurePolicyMiddleware.from_crawler(crawler)
+    failing_for(redis_client, DOWN, AFTER_MS + 1000, fails=defaults.BREAKER_THRESHOLD)
+    queue_some(redis_url)
+    request = Request("http://down.test/page")
+    refused = DownloadConnectionRefusedError("refused")
+
+    async def fail() -> Any:
+        try:
+            await backoff.process_exception(request, refused)
+        finally:
+            await backoff.records.client.aclose()
+
+    asyncio.run(fail())
+    assert request.meta.get(meta.HOST_DOWN) is True
+    assert policy.process_exception(request, refused) is None
+    assert request.meta[FAILURE_META]["reason"] == "host_down"
+    assert request.meta[FAILURE_META]["terminal"]
+    assert crawler.stats.get_value("dlq/host_down") == 3
+    assert crawler.stats.get_value("backoff/host_down") == 1
+    # Without a verdict the same failure is retried.
+    fresh = Request("http://up.test/page")
+    assert isinstance(policy.process_exception(fresh, refused), Request)
+
+
+def test_a_hostdown_page_failure_is_judged_but_not_counted_again(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The robots middleware's HostDown (its robots.txt fetches were the
+    counted failures) must not park the host behind the breaker, but the run
+    of failures it continues reaches the verdict."""
+    crawler = _crawler(redis_url, HOST_DOWN_AFTER=AFTER_MS / 1000)
+    backoff = BackoffMiddleware.from_crawler(crawler)
+    failing_for(redis_client, DOWN, AFTER_MS + 1000, fails=2)
+    request = Request("http://down.test/page")
+
+    async def fail() -> None:
+        try:
+            await backoff.process_exception(request, hosts.HostDown("down"))
+        finally:
+            await backoff.records.client.aclose()
+
+    asyncio.run(fail())
+    assert redis_client.hget(K.host(DOWN), "fails") == b"2"
+    assert int(redis_client.hget(K.host(DOWN), "down") or 0) > 0
+    assert request.meta.get(meta.HOST_DOWN) is True
+
+
+def test_a_requeue_while_the_verdict_lasts_loses_nothing(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """``scrapy dlq requeue`` commits the request, which the frontier puts
+    straight back in the DLQ while its host is down: the requeue must not
+    then delete that new entry (the URL would be neither queued nor
+    dead-lettered)."""
+    queue_some(redis_url)
+    failing_for(redis_client, DOWN, AFTER_MS + 1000)
+    assert judge(redis_url)[0] == 3
+
+    async def requeue(client: aredis.Redis) -> int:
+        return await DeadLetters(client, "web").requeue(reason="host_down")
+
+    assert run(redis_url, requeue) == 0
+    assert redis_client.hlen(K.dlq) == 3
+    assert redis_client.hget(K.dlq_reasons, "host_down") == b"3"
+    assert not redis_client.exists(K.queue(DOWN))
