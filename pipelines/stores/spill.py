@@ -13,33 +13,17 @@ Settings read: those of the page store (``PAGE_STORE``, ``MONGO_URI``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING
 
-from pipelines.stores import store_from_settings
+from pipelines.stores import LazyPageStore
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from scrapy.crawler import Crawler
 
-
-class PageStoreSpill:
+class PageStoreSpill(LazyPageStore):
     """Spilled requests in the configured page store, opened on first use
     (in the spill's own thread)."""
-
-    def __init__(self, crawler: Crawler) -> None:
-        self.store: Any = store_from_settings(crawler.settings)
-        self._open = False
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
-
-    def _store(self) -> Any:
-        if not self._open:
-            self.store.open()
-            self._open = True
-        return self.store
 
     def spill_append(self, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
         self._store().spill_append(host, entries)
@@ -55,8 +39,3 @@ class PageStoreSpill:
 
     def spill_clear(self) -> int:
         return int(self._store().spill_clear())
-
-    def close(self) -> None:
-        if self._open:
-            self.store.close()
-            self._open = False
