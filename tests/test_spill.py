@@ -178,6 +178,31 @@ def test_a_request_ahead_of_the_queue_takes_the_last_ones_place(
     run(redis_url, tmp_path, body)
 
 
+def test_a_down_hosts_requests_go_to_the_dlq_never_to_the_spill(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The commit script judges a host down (HOST_DOWN_AFTER) before its
+    cap: past the cap, its new requests are dead-lettered, not spilled (a
+    spilled request of a down host would be refilled and fetched)."""
+
+    async def body(f: Frontier, _ref: Frontier, spill: FrontierSpill) -> None:
+        await commit(f, spill, requests(0, [0] * 4), "a")  # at the cap
+        await f.client.hset(f.keys.host(HOST), "down", 2**50)
+        await f.log_ahead("w1", "b", requests(4, [0, 5, 0]))
+        added, _, refused = await f.commit_capped(
+            requests(4, [0, 5, 0]), (), ("w1", "b"), spill.cap(), spill.refill_below
+        )
+        assert (added, refused) == (0, [])
+        assert await spill_state(f) == (4, 0, 0)
+        assert not await f.client.hexists(f.keys.wal("w1"), "b")
+        dead = await f.client.hgetall(f.keys.dlq)
+        assert sorted(dead) == [f"http://a.test/{i}".encode() for i in (4, 5, 6)]
+        assert await f.client.hget(f.keys.dlq_reasons, "host_down") == b"3"
+        assert spill.store is not None and spill.store.spill_count() == 0
+
+    run(redis_url, tmp_path, body)
+
+
 def test_a_worker_that_dies_before_writing_loses_nothing(
     redis_url: str, tmp_path: Path
 ) -> None:
