@@ -51,7 +51,7 @@ SCHEDULER_FLUSH_ON_START = False
 FRONTIER_PRIORITY_FUNCTION = "extensions.scoring.seed_priority"
 # Requests one host may queue in Redis; more go to FRONTIER_SPILL_STORE (0: no cap).
 FRONTIER_HOST_QUEUE_MAX: Annotated[int, Range(0)] = 10_000
-# Redis used_memory (bytes) past which new requests go to FRONTIER_SPILL_STORE (0: off).
+# Redis used_memory (bytes; a cluster's fullest master) past which new requests go to FRONTIER_SPILL_STORE (0: off).
 FRONTIER_MAX_MEMORY: Annotated[int, Range(0)] = 0
 # Dotted path of the spill store class (from_crawler; empty: no spill, queues grow in Redis).
 FRONTIER_SPILL_STORE = ""

@@ -3,7 +3,8 @@
 A host may queue at most ``FRONTIER_HOST_QUEUE_MAX`` requests in Redis; while
 the crawl's Redis ``used_memory`` is over ``FRONTIER_MAX_MEMORY`` (sampled
 with ``INFO memory`` every :data:`MEMORY_SAMPLE_S` seconds, not per request)
-the cap is ``FRONTIER_SPILL_BATCH``. The frontier's commit script refuses a
+the cap is ``FRONTIER_SPILL_BATCH`` (on a Redis Cluster: while the fullest
+master's is). The frontier's commit script refuses a
 request of a host over its cap, or of a host that already has requests
 spilled, and returns it with the score it would have queued with (priority,
 then arrival); the worker appends it to the spill store
@@ -59,6 +60,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkabl
 
 from scrapy.utils.misc import build_from_crawler, load_object
 
+from extensions.connection import info_per_master
 from extensions.frontier import _LUA_SCHEDULE_HOST
 from extensions.locks import TokenLock, new_token
 from extensions.scripts import script
@@ -317,13 +319,17 @@ class FrontierSpill:
         return due
 
     async def sample(self) -> None:
-        info = await self.parts[0].client.info("memory")
-        over = int(info["used_memory"]) > self.max_memory
+        """Judge Redis over ``FRONTIER_MAX_MEMORY``: on a Redis Cluster, the
+        fullest master (each master holds some partitions' queues, and a
+        plain ``INFO`` asks only the client's default node)."""
+        infos = await info_per_master(self.parts[0].client, "memory")
+        used = max(int(info["used_memory"]) for info in infos)
+        over = used > self.max_memory
         if over != self.over_memory:
             logger.info(
                 "Redis used_memory %s B is %s FRONTIER_MAX_MEMORY (%s B): "
                 "hosts queue at most %s requests in Redis",
-                info["used_memory"],
+                used,
                 "over" if over else "back under",
                 self.max_memory,
                 self.batch if over else (self.host_max or "any number of"),
