@@ -41,6 +41,10 @@ queues grow in Redis, and a cap set above its default is reported once at
 open (a component wired by hand keeps working; the add-on always names the
 page store's spill).
 
+A host judged down (``HOST_DOWN_AFTER``, its record's ``down``) spills
+nothing: the commit script dead-letters its new requests as ``host_down``,
+and a refill dead-letters the spilled ones it reads in the same way.
+
 Retries (``delayed``), recovered write-ahead batches and leases handed back
 or reclaimed bypass the cap: they are few, and they keep their place.
 
@@ -61,6 +65,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkabl
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from extensions.connection import info_per_master
+from extensions.dlq import LUA_DLQ
 from extensions.frontier import _LUA_SCHEDULE_HOST
 from extensions.locks import TokenLock, new_token
 from extensions.scripts import script
@@ -128,25 +133,40 @@ return 1
 
 # refill: put the next spilled requests of one host back in its queue, with
 # their original scores: those the worker read from the store (after
-# REFILL_START_LUA) that score below every request spilled since.
-# KEYS[1] ready ZSET, KEYS[2] refill SET, KEYS[3] poison LIST
+# REFILL_START_LUA) that score below every request spilled since. While the
+# host is judged down (its record's ``down`` in the future, see
+# extensions.dlq.HOST_DOWN_LUA) they are dead-lettered as ``host_down``
+# instead, as the commit script does with its new requests: the store drains
+# into the DLQ rather than into fetches of a host that is down.
+# KEYS[1] ready ZSET, KEYS[2] refill SET, KEYS[3] poison LIST,
+# KEYS[4] dlq HASH, KEYS[5] dlq reasons HASH
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix, ARGV[3] host,
 # ARGV[4] 1 if the store holds more of the host than these,
 # ARGV[5] the refill threshold, then (score, member) pairs in score order.
-# Returns the number n of pairs queued back: the first n (the worker deletes
-# them from the store).
+# Returns the number n of pairs moved out of the store (queued back or
+# dead-lettered): the first n (the worker deletes them from the store).
 REFILL_LUA = (
     _LUA_SCHEDULE_HOST
+    + LUA_DLQ
     + """
 local ready, refill = KEYS[1], KEYS[2]
 pkey = KEYS[3]
 local qprefix, hprefix, host = ARGV[1], ARGV[2], ARGV[3]
 local hkey, q = hprefix .. host, qprefix .. host
+local now = now_ms()
 local low = tonumber(redis.call('HGET', hkey, 'spill_low'))
-local n = 0
+local down = (tonumber(redis.call('HGET', hkey, 'down')) or 0) > now
+local n, queued = 0, 0
 for i = 6, #ARGV, 2 do
   if low and tonumber(ARGV[i]) >= low then break end
-  on_key('ZADD', q, 'NX', ARGV[i], ARGV[i + 1])
+  if down then
+    local prio = 32768 - math.floor(tonumber(ARGV[i]) / 68719476736)
+    dlq_member(KEYS[4], KEYS[5], host, prio, ARGV[i + 1], 'host_down',
+               'host down (HOST_DOWN_AFTER): spilled, not queued')
+  else
+    on_key('ZADD', q, 'NX', ARGV[i], ARGV[i + 1])
+    queued = queued + 1
+  end
   n = n + 1
 end
 local more = ARGV[4] == '1' or n < (#ARGV - 5) / 2
@@ -158,7 +178,7 @@ else
   if more then left = math.max(left, 1) end
 end
 redis.call('HSET', hkey, 'spilled', left)
-if n > 0 then schedule_host(ready, hkey, host, now_ms()) end
+if queued > 0 then schedule_host(ready, hkey, host, now) end
 if left == 0 or redis.call('ZCARD', q) >= tonumber(ARGV[5]) then
   redis.call('SREM', refill, host)
 end
@@ -376,7 +396,7 @@ class FrontierSpill:
             args += [score, member]
         n = int(
             await script(client, REFILL_LUA)(
-                keys=[k.ready, k.refill, k.poison], args=args
+                keys=[k.ready, k.refill, k.poison, k.dlq, k.dlq_reasons], args=args
             )
         )
         if n > 0:

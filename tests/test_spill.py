@@ -4,6 +4,7 @@ SQLite page store: in order, exactly once, nothing lost when a worker dies."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -199,6 +200,33 @@ def test_a_down_hosts_requests_go_to_the_dlq_never_to_the_spill(
         assert sorted(dead) == [f"http://a.test/{i}".encode() for i in (4, 5, 6)]
         assert await f.client.hget(f.keys.dlq_reasons, "host_down") == b"3"
         assert spill.store is not None and spill.store.spill_count() == 0
+
+    run(redis_url, tmp_path, body)
+
+
+def test_a_refill_of_a_down_host_dead_letters_what_it_reads(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Requests spilled before the host was judged down leave the store for
+    the DLQ as ``host_down``, with their priority, not for fetches of a
+    host that is down."""
+
+    async def body(f: Frontier, _ref: Frontier, spill: FrontierSpill) -> None:
+        prios = [0, 0, 0, 0, 5, 0, -3, 1, 0, 2]
+        await commit(f, spill, requests(0, prios), "a")  # 6 spilled
+        taken = await take(f, spill, 4)  # the queue drains: a refill is due
+        await f.client.hset(f.keys.host(HOST), "down", 2**50)
+        assert await spill.refill() == 3
+        assert await spill.refill() == 3
+        assert await spill_state(f) == (0, 0, 0)
+        assert spill.store is not None and spill.store.spill_count() == 0
+        dead = await f.client.hgetall(f.keys.dlq)
+        urls = {f"http://a.test/{i}" for i in range(len(prios))}
+        assert {u.decode() for u in dead} == urls - set(taken)
+        assert json.loads(dead[b"http://a.test/6"])["priority"] == -3
+        assert json.loads(dead[b"http://a.test/8"])["priority"] == 0
+        assert await f.client.hget(f.keys.dlq_reasons, "host_down") == b"6"
+        assert not await f.client.smembers(f.keys.refill)
 
     run(redis_url, tmp_path, body)
 
