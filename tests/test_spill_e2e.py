@@ -136,14 +136,16 @@ def test_queues_grow_ten_times_past_the_cap_while_redis_stays_flat(
     assert spilled_by_host(tmp_path) == {}
 
 
+@pytest.mark.parametrize("partitions", [1, 3])
 def test_sigkilled_workers_lose_nothing_while_spilling(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, partitions: int
 ) -> None:
     """Workers killed (SIGKILL) and restarted three times while hosts spill:
     requests refused by the cap and not yet written, or written and not yet
     confirmed, or moved back and not yet deleted from the store, are all
     still crawled; a page is fetched twice only for what a killed worker
-    held."""
+    held. With partitions too: each host spills, is confirmed and refilled
+    in its own partition, its write-ahead entries recovered there."""
     from demo.fleet import start_worker, stop
     from demo.localcrawl import sandbox_settings
     from tests.test_crawl_e2e import in_flight
@@ -155,6 +157,7 @@ def test_sigkilled_workers_lose_nothing_while_spilling(
         "FRONTIER_SPILL_BATCH": BATCH,
         "FRONTIER_LEASE_TIMEOUT": 3,
         "FRONTIER_HEARTBEAT_INTERVAL": 1,
+        "FRONTIER_PARTITIONS": partitions,
     }
     worker_settings = {**sandbox_settings(redis_url, tmp_path), **settings}
     held_at_kill: list[int] = []
@@ -165,7 +168,7 @@ def test_sigkilled_workers_lose_nothing_while_spilling(
         for n in range(3):
             time.sleep(rng.uniform(2.0, 4.0))
             victim = rng.randrange(len(procs))
-            held_at_kill.append(in_flight(redis_url, procs[victim].pid))
+            held_at_kill.append(in_flight(redis_url, procs[victim].pid, partitions))
             spilled_at_kill.append(sum(spilled_by_host(tmp_path).values()))
             stop(procs[victim])
             procs[victim] = start_worker(
@@ -186,3 +189,17 @@ def test_sigkilled_workers_lose_nothing_while_spilling(
           f"fetched twice: {twice}")  # fmt: skip
     assert twice <= sum(held_at_kill) + 50
     assert spilled_by_host(tmp_path) == {}
+    # The partitions whose hosts spilled (counted in their own records).
+    client = redis.Redis.from_url(redis_url)
+    try:
+        spilled_in = {
+            p
+            for p in range(partitions)
+            for key in client.scan_iter(
+                match=FrontierKeys("web", p, partitions).host_prefix + "*"
+            )
+            if client.hexists(key, "spilled")
+        }
+    finally:
+        client.close()
+    assert len(spilled_in) > 1 if partitions > 1 else spilled_in == {0}
