@@ -39,6 +39,19 @@ ms of the Redis clock, durations ms):
     Why ``down`` was set, the one field that is not a number: ``host_down``,
     or ``dns`` when the host's name has not resolved for ``DNS_DOWN_AFTER``
     (its requests are then dead-lettered as ``dns``); cleared with ``down``.
+``spilled``
+    Requests of the host in the spill store (``FRONTIER_SPILL_STORE``), and
+    on their way there: raised by the frontier's commit script for each
+    request it refuses, lowered by the refill script of
+    :mod:`extensions.spill` as it moves them back (and by recovery).
+``spilling``
+    Of those, the ones a worker has not yet confirmed written to the spill
+    store: a refill starts only when it is 0 (all spilled so far are in the
+    store it reads).
+``spill_low``
+    The lowest score spilled since a refill started (cleared when one
+    starts): that refill moves back only requests scored below it, so it
+    never moves a later request ahead of an earlier one still on its way.
 
 The effective spacing of a host is max(``delay`` or the default, ``backoff``
 unless forgiven): the ``spacing`` helper of :data:`LUA_RECORD`, used by the
@@ -195,6 +208,10 @@ BREAKER = "breaker"
 FAILING_SINCE = "failing_since"
 DOWN = "down"
 FIELDS = (NEXT, DELAY, BACKOFF, BACKOFF_AT, PARK, FAILS, BREAKER, FAILING_SINCE, DOWN)
+# The spill counters (extensions.spill): not read by host_record.
+SPILLED = "spilled"
+SPILLING = "spilling"
+SPILL_LOW = "spill_low"
 
 # The Lua helpers of every script that reads or writes the host record: the
 # Redis clock, the record as numbers, the spacing rule and the park rule.

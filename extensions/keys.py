@@ -19,7 +19,9 @@ partition 0's ``{web}`` slot whatever P is. The dead-letter queue is per
 partition: the frontier's commit and the host-down sweep write a host's dead
 letters in the script that reads its queue and record. A host's download lock
 ``lock:<id>`` lives in its host's partition (the lock script reads the host
-record with it).
+record with it), and so do the spill's ``refill`` SET and refill lock
+``spill:lock:<host>`` (the commit and refill scripts read them with the
+host's queue and record).
 
 ==============================  ======  =========================================
 key                             type    what it holds
@@ -34,8 +36,10 @@ key                             type    what it holds
                                         ``delay``, ``backoff``, ``backoff_at``,
                                         ``park``, ``fails``, ``breaker``,
                                         ``failing_since``, ``down``,
-                                        ``down_reason``; each
-                                        field is documented by its owner,
+                                        ``down_reason``, and the spill's
+                                        ``spilled``, ``spilling``,
+                                        ``spill_low``; each field is
+                                        documented by its owner,
                                         :mod:`extensions.hosts`
 ``web:{web}:delayed``           ZSET    retries not due yet: host, priority
                                         and request -> due time (ms)
@@ -67,6 +71,11 @@ key                             type    what it holds
                                         last-modified, content hash]
 ``web:{web}:lock:<id>``         STRING  per-host download lock (token, PX);
                                         id: host, registered domain or IP
+``web:{web}:refill``            SET     hosts with spilled requests
+                                        (``FRONTIER_SPILL_STORE``) and a queue
+                                        shorter than ``FRONTIER_SPILL_BATCH``
+``web:{web}:spill:lock:<host>`` STRING  short lock: one refill of a host at
+                                        a time (token, PX)
 ``web:stats:{web:stats}:fleet``  HASH    fleet totals: counter -> value
 ``web:stats:{web:stats}:w:<id>`` HASH   one worker's totals and beat (machine,
                                         pid, pages/s...); expires when silent
@@ -181,6 +190,7 @@ class FrontierKeys:
         self.dlq_reasons = tagged + "dlq:reasons"
         # Named by the Lua helper dlq_member as dlq .. ':unrecorded'.
         self.dlq_unrecorded = self.dlq + ":unrecorded"
+        self.refill = tagged + "refill"
         # Not per host: the recrawl schedule of every partition lives in
         # partition 0's slot (see the module docstring).
         base = f"{prefix}:{partition_tag(prefix)}:"
@@ -193,6 +203,14 @@ class FrontierKeys:
 
     def host(self, host: str) -> str:
         return self.host_prefix + host
+
+    def spill_lock(self, host: str) -> str:
+        """The refill lock of one host (:mod:`extensions.spill`).
+
+        >>> FrontierKeys("web").spill_lock("http://a.test:80")
+        'web:{web}:spill:lock:http://a.test:80'
+        """
+        return self.tagged + "spill:lock:" + host
 
     def wal(self, worker: str) -> str:
         """A worker's write-ahead batches (entry id -> JSON)."""

@@ -5,7 +5,9 @@ Settings read (defaults in :mod:`extensions.defaults`): ``FRONTIER_BATCH_SIZE``,
 ``FRONTIER_HEARTBEAT_INTERVAL``, ``FRONTIER_PRIORITY_FUNCTION``,
 ``SCHEDULER_PERSIST``, ``SCHEDULER_FLUSH_ON_START``, ``REDIS_RETRY_INITIAL``,
 ``REDIS_RETRY_MAX``, ``DOWNLOAD_DELAY``, ``BACKOFF_QUIET_PERIOD``,
-``CONCURRENT_REQUESTS``, ``DUPEFILTER_CLASS``, ``SCHEDULER_DEBUG``.
+``CONCURRENT_REQUESTS``, ``DUPEFILTER_CLASS``, ``SCHEDULER_DEBUG``; the
+frontier spill's (:mod:`extensions.spill`): ``FRONTIER_HOST_QUEUE_MAX``,
+``FRONTIER_MAX_MEMORY``, ``FRONTIER_SPILL_STORE``, ``FRONTIER_SPILL_BATCH``.
 
 How it keeps Scrapy's synchronous contract without blocking the reactor:
 ``enqueue_request`` puts the request in a local outbox and returns ``True``;
@@ -83,7 +85,7 @@ from extensions.connection import (
 )
 from extensions.dlq import DeadLetter, DeadLetters, dead_letter
 from extensions.failures import DELAY_META
-from extensions.frontier import PartitionedFrontier, QueuedRequest, Worker
+from extensions.frontier import PartitionedFrontier, QueuedRequest, Spilled, Worker
 from extensions.hosts import host_key
 from extensions.scoring import LocalHostCounts
 from extensions.scripts import server_now_ms
@@ -94,6 +96,7 @@ from extensions.serialization import (
     request_to_bytes,
 )
 from extensions.signals import dead_letters_unrecorded, items_stored, request_dead
+from extensions.spill import FrontierSpill
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -139,6 +142,9 @@ class Stage(Enum):
     UNCERTAIN = "uncertain"
     #: Filtered by the dupefilter: ``queued`` holds what to commit.
     DEDUPED = "deduped"
+    #: Committed; ``refused`` holds what the cap refused, to write to the
+    #: spill store (kept in the write-ahead entry until then).
+    COMMITTED = "committed"
 
 
 @dataclass
@@ -150,6 +156,7 @@ class _Batch:
     entry: str
     stage: Stage = Stage.NEW
     queued: list[QueuedRequest] = field(default_factory=list)
+    refused: list[Spilled] = field(default_factory=list)
 
 
 def worker_id() -> str:
@@ -196,6 +203,7 @@ class RedisScheduler(BaseScheduler):
         path = s.get("FRONTIER_PRIORITY_FUNCTION")
         self.score: Callable[..., int] | None = load_object(path) if path else None
         self.host_counts = LocalHostCounts()
+        self.spill = FrontierSpill(crawler)
         self.dupefilter = build_from_crawler(
             load_object(s["DUPEFILTER_CLASS"]), crawler
         )
@@ -265,7 +273,13 @@ class RedisScheduler(BaseScheduler):
                 int(self.lease_timeout * 1000),
                 self.default_delay_ms,
                 self.backoff_quiet_ms,
+                self.spill.refill_below,
             ),
+        )
+        # Each partition caps and refills its own hosts.
+        frontier = self.frontier
+        self.spill.open(
+            frontier.parts, lambda host: frontier.part(frontier.partition_of(host))
         )
         self.dlq = DeadLetters(self.client, spider.name, self.partitions)
         sig = self.crawler.signals
@@ -311,6 +325,9 @@ class RedisScheduler(BaseScheduler):
             logger.info("Handed back %s unstarted leases", returned)
         await self._retrying(self._sync_out, limit=5)
         await self._retrying(self._report_waiting, limit=2)
+        # A store error is logged (and counted) like a failed step, never
+        # stops the close.
+        await self._stage("spill", self._report_spilled)
         if self._pending is None:
             # Nothing written ahead is left: no one needs to recover us.
             await self._retrying(self.frontier.retire, limit=2)
@@ -322,6 +339,7 @@ class RedisScheduler(BaseScheduler):
         await _maybe_await(self.dupefilter.close(reason))
         if not self.persist:
             await self._retrying(self._flush_keys, limit=5)
+        await self.spill.close()
         await self.client.aclose()
 
     def has_pending_requests(self) -> bool:
@@ -339,6 +357,7 @@ class RedisScheduler(BaseScheduler):
             or self._held
             or self._remote_ready
             or self._remote_leases
+            or self.spill.pending
         )
 
     def enqueue_request(self, request: Request) -> bool:
@@ -521,7 +540,7 @@ class RedisScheduler(BaseScheduler):
             return
         if self._records_left and self._beaten:
             return  # the next page of records at once
-        deadline = min(self._next_heartbeat, self._next_records)
+        deadline = min(self._next_heartbeat, self._next_records, self.spill.next_step())
         if len(self._buffer) <= self.buffer_size // 2:
             deadline = min(deadline, self._next_poll)
         await self._sleep(max(0.0, deadline - time.monotonic()))
@@ -548,6 +567,8 @@ class RedisScheduler(BaseScheduler):
                 await self._stage("records", self._hand_records)
         if len(self._buffer) <= self.buffer_size // 2 and now >= self._next_poll:
             await self._stage("lease", self._refill)
+        if self.spill.enabled:
+            await self._stage("spill", self.spill.step)
 
     async def _stage(self, name: str, func: Callable[[], Awaitable[None]]) -> bool:
         """Run one stage; True when it succeeded. Transient Redis errors
@@ -627,21 +648,35 @@ class RedisScheduler(BaseScheduler):
                 self.stats.inc_value("scheduler/dedup_uncertain", len(p.candidates))
                 p.queued = [q for _, q in p.candidates]
                 p.stage = Stage.DEDUPED
-            await self._flush_dead()
-            wal = (self.worker, p.entry) if p.candidates else None
-            added, acked = await self.frontier.commit(p.queued, p.acks, wal)
-            self._pending = None
-            if p.queued:
-                self.stats.inc_value("scheduler/enqueued/redis", len(p.queued))
-                self.stats.inc_value("scheduler/enqueued", len(p.queued))
-                # Work appeared: look for it now rather than at the next poll.
-                self._next_poll = 0.0
-            if p.acks:
-                self.stats.inc_value("scheduler/acked", acked)
-            if self.debug:
-                logger.debug(
-                    "Pushed %s (%s new), acked %s", len(p.queued), added, acked
+            if p.stage is not Stage.COMMITTED:
+                await self._flush_dead()
+                await self._commit(p)
+            if p.refused:
+                # Kept in the write-ahead entry until written: a failure
+                # here retries the write, never the commit.
+                await self.spill.write(
+                    p.refused, p.entry if p.candidates else "", self.worker
                 )
+            self._pending = None
+
+    async def _commit(self, p: _Batch) -> None:
+        """Commit a deduplicated batch; what the spill cap refused stays in
+        ``p.refused``."""
+        assert self.frontier is not None
+        wal = (self.worker, p.entry) if p.candidates else None
+        added, acked, p.refused = await self.frontier.commit_capped(
+            p.queued, p.acks, wal, self.spill.cap(), self.spill.refill_below
+        )
+        p.stage = Stage.COMMITTED
+        if p.queued:
+            self.stats.inc_value("scheduler/enqueued/redis", len(p.queued))
+            self.stats.inc_value("scheduler/enqueued", len(p.queued))
+            # Work appeared: look for it now rather than at the next poll.
+            self._next_poll = 0.0
+        if p.acks:
+            self.stats.inc_value("scheduler/acked", acked)
+        if self.debug:
+            logger.debug("Pushed %s (%s new), acked %s", len(p.queued), added, acked)
 
     async def _flush_dead(self) -> None:
         """Write the dead letters. Before the acknowledgements: a page's
@@ -844,10 +879,20 @@ class RedisScheduler(BaseScheduler):
         else:
             logger.info("Closing with no URL waiting in Redis")
 
+    async def _report_spilled(self) -> None:
+        """Say what waits in the spill store for the next run."""
+        spilled = await self.spill.count()
+        if spilled:
+            self.stats.set_value("frontier/waiting_spilled", spilled)
+            logger.info("%s more URLs wait in the spill store", spilled)
+
     async def _flush_keys(self) -> None:
         assert self.frontier is not None and self.spider is not None
         deleted = await self.frontier.flush()
         logger.info("Flushed %s keys of crawl %r", deleted, self.spider.name)
+        # The spilled requests go with the keys: their counters and scores
+        # (the arrival counter starts again) are gone.
+        await self.spill.clear()
 
     async def _retrying(
         self,

@@ -330,3 +330,52 @@ def test_host_verdicts_and_unrecorded_dead_letters_on_a_cluster(
     assert swept == 1
     assert urls == ["http://gone.test/a", "http://gone.test/b"]
     assert reasons == ["dns", "dns"]
+
+
+def test_the_spill_judges_memory_by_the_fullest_master(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """FRONTIER_MAX_MEMORY on a cluster: a plain ``INFO`` goes to the
+    client's default node only, so a full master elsewhere (holding some
+    partitions' queues) went unseen; the spill samples every master."""
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from extensions.connection import info_per_master
+    from extensions.spill import FrontierSpill
+
+    async def body() -> None:
+        settings = Settings({"REDIS_URL": cluster.url, "REDIS_CLUSTER": True})
+        client = connection.new_async_client(settings)
+        assert isinstance(client, AsyncRedisCluster)
+        await client.initialize()
+        default = client.get_default_node()
+        key = next(
+            k
+            for k in (f"ballast:{i}" for i in range(1000))
+            if client.get_node_from_key(k) != default
+        )
+        await client.set(key, b"x" * 8_000_000)
+        # The other masters (the default node among them) hold about nothing.
+        used = [int(i["used_memory"]) for i in await info_per_master(client, "memory")]
+        assert sorted(used)[1] < min(used) + 2_000_000
+        crawler = get_crawler(
+            Spider,
+            {
+                "FRONTIER_HOST_QUEUE_MAX": 0,
+                "FRONTIER_MAX_MEMORY": min(used) + 4_000_000,
+                "FRONTIER_SPILL_STORE": "pipelines.stores.spill.PageStoreSpill",
+                "SQLITE_PATH": str(tmp_path / "pages.sqlite3"),
+            },
+        )
+        spill = FrontierSpill(crawler)
+        spill.open([Frontier(client, "web")])
+        try:
+            await spill.sample()
+            assert spill.over_memory
+            assert spill.cap() == spill.batch
+        finally:
+            await spill.close()
+            await client.aclose()
+
+    asyncio.run(body())
