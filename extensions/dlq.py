@@ -65,9 +65,12 @@ _ATTEMPT_META = (
 # ``first_failure`` too when the entry has none. Returns 1 if the URL was new.
 # ``dlq_member`` dead-letters a request as the frontier queues it (``member``:
 # its serialization, the URL on the first line) with no failure record, and
-# lists its URL in ``<dlq>:unrecorded`` (the same tag as ``dlq``, so the same
-# slot: the frontier's commit calls it with its own KEYS), whence
-# :meth:`DeadLetters.unrecorded` hands it to the page store's record.
+# lists its URL in ``unrecorded`` (the dlq's unrecorded LIST), whence
+# :meth:`DeadLetters.unrecorded` hands it to the page store's record. Every
+# key it touches is its caller's: ``dlq``, ``reasons`` and ``unrecorded`` are
+# the caller's KEYS, ``rkey`` is the host's record (a KEYS entry, or a
+# per-host key the commit builds from its host record prefix under the
+# frontier's hash tag: the same slot, see extensions.frontier).
 LUA_DLQ = (
     LUA_NOW_MS
     + """
@@ -90,13 +93,12 @@ local function dlq_put(dlq, reasons, url, entry)
   if old then return 0 end
   return 1
 end
-local function dlq_member(dlq, reasons, host, prio, member, reason, err)
+local function dlq_member(dlq, reasons, unrecorded, rkey, host, prio, member,
+                          reason, err)
   local url = string.match(member, '^[^\\n]*')
   if reason == 'host_down' then
     -- The frontier's commit names every verdict host_down: a verdict made
-    -- for another reason (dns) keeps it in the host record beside 'down'
-    -- (the record's key: the dlq's tag, 'h:', the host; the same slot).
-    local rkey = string.sub(dlq, 1, #dlq - 3) .. 'h:' .. host
+    -- for another reason (dns) keeps it in the host record beside 'down'.
     local why = redis.call('HGET', rkey, 'down_reason')
     if why == 'dns' then
       reason, err = 'dns', 'name does not resolve (DNS_DOWN_AFTER): not queued'
@@ -105,7 +107,7 @@ local function dlq_member(dlq, reasons, host, prio, member, reason, err)
   dlq_put(dlq, reasons, url, {url = url, host = host, reason = reason,
     request = member, priority = prio, status = cjson.null, error = err,
     attempts = 0, first_failure = cjson.null})
-  redis.call('RPUSH', dlq .. ':unrecorded', url)
+  redis.call('RPUSH', unrecorded, url)
   return 1
 end
 """
@@ -151,7 +153,8 @@ return out
 # dead-letter queue, in one step. Single-slot: every key is the frontier's
 # (one host's queue and record, and the frontier's ready, delayed and DLQ).
 # KEYS[1] host record HASH, KEYS[2] host queue ZSET, KEYS[3] ready ZSET,
-# KEYS[4] delayed ZSET, KEYS[5] dlq HASH, KEYS[6] reasons HASH
+# KEYS[4] delayed ZSET, KEYS[5] dlq HASH, KEYS[6] reasons HASH,
+# KEYS[7] dlq unrecorded LIST
 # ARGV[1] host key, ARGV[2] HOST_DOWN_AFTER (or DNS_DOWN_AFTER) ms,
 # ARGV[3] HOST_DOWN_TTL ms, ARGV[4] the error to record, ARGV[5] the
 # verdict's reason: 'host_down', or 'dns' (a name that does not resolve)
@@ -168,8 +171,8 @@ HOST_DOWN_LUA = (
     LUA_DLQ
     + LUA_RECORD
     + """
-local hkey, q, ready, delayed, dlq, reasons = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
-                                              KEYS[5], KEYS[6]
+local hkey, q, ready, delayed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local dlq, reasons, unrecorded = KEYS[5], KEYS[6], KEYS[7]
 local host, err, why = ARGV[1], ARGV[4], ARGV[5]
 local now = now_ms()
 local rec = host_record(hkey)
@@ -184,7 +187,8 @@ local queued = redis.call('ZRANGE', q, 0, -1, 'WITHSCORES')
 for i = 1, #queued, 2 do
   -- The frontier's score: (32768 - priority) * 2^36 + seq.
   local prio = 32768 - math.floor(tonumber(queued[i + 1]) / 68719476736)
-  n = n + dlq_member(dlq, reasons, host, prio, queued[i], why, err)
+  n = n + dlq_member(dlq, reasons, unrecorded, hkey, host, prio, queued[i], why,
+                     err)
 end
 redis.call('DEL', q)
 redis.call('ZREM', ready, host)
@@ -193,8 +197,8 @@ for _, entry in ipairs(redis.call('ZRANGE', delayed, 0, -1)) do
   if string.sub(entry, 1, #head) == head then
     local prio, member = string.match(entry, '^[^\\n]+\\n([^\\n]*)\\n(.*)$')
     if member then
-      n = n + dlq_member(dlq, reasons, host, tonumber(prio) or 0, member,
-                         why, err)
+      n = n + dlq_member(dlq, reasons, unrecorded, hkey, host,
+                         tonumber(prio) or 0, member, why, err)
     end
     redis.call('ZREM', delayed, entry)
   end
@@ -373,6 +377,7 @@ class DeadLetters:
                 k.delayed,
                 k.dlq,
                 k.dlq_reasons,
+                k.dlq_unrecorded,
             ],
             args=[hostkey, int(after_ms), int(ttl_ms), error[:500], reason],
         )

@@ -224,8 +224,9 @@ end
 # KEYS[1] ready ZSET, KEYS[2] seq counter, KEYS[3] leases ZSET,
 # KEYS[4] lease data HASH, KEYS[5] the worker's write-ahead HASH,
 # KEYS[6] poison LIST, KEYS[7] delayed ZSET, KEYS[8] dlq HASH,
-# KEYS[9] dlq reasons HASH, KEYS[10] refill SET
-# ARGV[1] queue key prefix, ARGV[2] host record key prefix,
+# KEYS[9] dlq reasons HASH, KEYS[10] refill SET, KEYS[11] dlq unrecorded LIST
+# ARGV[1] queue key prefix, ARGV[2] host record key prefix (per-host keys are
+# built from these two, under the frontier's hash tag: one slot),
 # ARGV[3] number of requests n, ARGV[4] write-ahead entry id ('' for none),
 # ARGV[5] most requests queued per host (0: no cap, nothing spilled),
 # ARGV[6] refill a host whose queue is shorter than this,
@@ -260,7 +261,8 @@ for i = 0, n - 1 do
   local delay = tonumber(ARGV[10 + i * 4])
   local down = tonumber(on_key('HGET', hprefix .. host, 'down') or '0') or 0
   if down > now then
-    dead = dead + dlq_member(KEYS[8], KEYS[9], host, prio, member, 'host_down',
+    dead = dead + dlq_member(KEYS[8], KEYS[9], KEYS[11], hprefix .. host, host,
+                             prio, member, 'host_down',
                              'host down (HOST_DOWN_AFTER): not queued')
   else
     added = added + queue_or_delay(KEYS[7], ready, qprefix, hprefix, host, prio,
@@ -657,6 +659,7 @@ class Frontier:
                 k.dlq,
                 k.dlq_reasons,
                 k.refill,
+                k.dlq_unrecorded,
             ],
             args=args,
         )

@@ -188,7 +188,6 @@ class FrontierKeys:
         self.poison = tagged + "poison"
         self.dlq = tagged + "dlq"
         self.dlq_reasons = tagged + "dlq:reasons"
-        # Named by the Lua helper dlq_member as dlq .. ':unrecorded'.
         self.dlq_unrecorded = self.dlq + ":unrecorded"
         self.refill = tagged + "refill"
         # Not per host: the recrawl schedule of every partition lives in

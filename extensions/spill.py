@@ -139,10 +139,10 @@ return 1
 # instead, as the commit script does with its new requests: the store drains
 # into the DLQ rather than into fetches of a host that is down.
 # KEYS[1] ready ZSET, KEYS[2] refill SET, KEYS[3] poison LIST,
-# KEYS[4] dlq HASH, KEYS[5] dlq reasons HASH
-# ARGV[1] queue key prefix, ARGV[2] host record key prefix, ARGV[3] host,
-# ARGV[4] 1 if the store holds more of the host than these,
-# ARGV[5] the refill threshold, then (score, member) pairs in score order.
+# KEYS[4] dlq HASH, KEYS[5] dlq reasons HASH, KEYS[6] dlq unrecorded LIST,
+# KEYS[7] the host's record HASH, KEYS[8] the host's queue ZSET
+# ARGV[1] host, ARGV[2] 1 if the store holds more of the host than these,
+# ARGV[3] the refill threshold, then (score, member) pairs in score order.
 # Returns the number n of pairs moved out of the store (queued back or
 # dead-lettered): the first n (the worker deletes them from the store).
 REFILL_LUA = (
@@ -151,25 +151,24 @@ REFILL_LUA = (
     + """
 local ready, refill = KEYS[1], KEYS[2]
 pkey = KEYS[3]
-local qprefix, hprefix, host = ARGV[1], ARGV[2], ARGV[3]
-local hkey, q = hprefix .. host, qprefix .. host
+local host, hkey, q = ARGV[1], KEYS[7], KEYS[8]
 local now = now_ms()
 local low = tonumber(redis.call('HGET', hkey, 'spill_low'))
 local down = (tonumber(redis.call('HGET', hkey, 'down')) or 0) > now
 local n, queued = 0, 0
-for i = 6, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   if low and tonumber(ARGV[i]) >= low then break end
   if down then
     local prio = 32768 - math.floor(tonumber(ARGV[i]) / 68719476736)
-    dlq_member(KEYS[4], KEYS[5], host, prio, ARGV[i + 1], 'host_down',
-               'host down (HOST_DOWN_AFTER): spilled, not queued')
+    dlq_member(KEYS[4], KEYS[5], KEYS[6], hkey, host, prio, ARGV[i + 1],
+               'host_down', 'host down (HOST_DOWN_AFTER): spilled, not queued')
   else
     on_key('ZADD', q, 'NX', ARGV[i], ARGV[i + 1])
     queued = queued + 1
   end
   n = n + 1
 end
-local more = ARGV[4] == '1' or n < (#ARGV - 5) / 2
+local more = ARGV[2] == '1' or n < (#ARGV - 3) / 2
 local left
 if not more and not low then
   left = 0  -- the store held these only, and nothing was spilled since
@@ -179,7 +178,7 @@ else
 end
 redis.call('HSET', hkey, 'spilled', left)
 if queued > 0 then schedule_host(ready, hkey, host, now) end
-if left == 0 or redis.call('ZCARD', q) >= tonumber(ARGV[5]) then
+if left == 0 or redis.call('ZCARD', q) >= tonumber(ARGV[3]) then
   redis.call('SREM', refill, host)
 end
 return n
@@ -190,7 +189,10 @@ return n
 # longer on their way, and its write-ahead entry holding them goes.
 # KEYS[1] the worker's write-ahead HASH
 # ARGV[1] host record key prefix, ARGV[2] write-ahead entry id ('' for none),
-# then (host, count) pairs. Returns the number of hosts.
+# then (host, count) pairs: any number of hosts, so their record keys are
+# built from ARGV[1] (per-host keys under the frontier's hash tag, the slot
+# of KEYS[1], as the frontier's scripts build theirs). Returns the number of
+# hosts.
 SPILLED_LUA = """
 for i = 3, #ARGV, 2 do
   local hkey = ARGV[1] .. ARGV[i]
@@ -391,12 +393,22 @@ class FrontierSpill:
         entries = await self._call(self.store.spill_take, host, self.batch + 1)
         more = len(entries) > self.batch
         entries = entries[: self.batch]
-        args: list[Any] = [k.queue_prefix, k.host_prefix, host, int(more), self.batch]
+        args: list[Any] = [host, int(more), self.batch]
         for score, member in entries:
             args += [score, member]
         n = int(
             await script(client, REFILL_LUA)(
-                keys=[k.ready, k.refill, k.poison, k.dlq, k.dlq_reasons], args=args
+                keys=[
+                    k.ready,
+                    k.refill,
+                    k.poison,
+                    k.dlq,
+                    k.dlq_reasons,
+                    k.dlq_unrecorded,
+                    k.host(host),
+                    k.queue(host),
+                ],
+                args=args,
             )
         )
         if n > 0:

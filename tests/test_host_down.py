@@ -227,3 +227,30 @@ def test_a_requeue_while_the_verdict_lasts_loses_nothing(
     assert redis_client.hlen(K.dlq) == 3
     assert redis_client.hget(K.dlq_reasons, "host_down") == b"3"
     assert not redis_client.exists(K.queue(DOWN))
+
+
+def test_dead_letter_scripts_write_only_the_keys_they_are_given(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The sweep and the commit list their dead letters in the unrecorded
+    LIST passed in KEYS, not in one they derive from the dlq's name."""
+    elsewhere = K.tagged + "elsewhere"
+    queue_some(redis_url)
+    failing_for(redis_client, DOWN, AFTER_MS + 1000)
+
+    async def body(client: aredis.Redis) -> None:
+        dlq = DeadLetters(client, "web")
+        dlq.parts[0].dlq_unrecorded = elsewhere
+        assert (await dlq.host_down(DOWN, AFTER_MS, 3_600_000, "refused"))[0] == 3
+        frontier = Frontier(client, "web")
+        frontier.keys.dlq_unrecorded = elsewhere
+        await frontier.commit([QueuedRequest(DOWN, 0, b"http://down.test/new")])
+
+    run(redis_url, body)
+    assert not redis_client.exists(K.dlq_unrecorded)
+    assert sorted(redis_client.lrange(elsewhere, 0, -1)) == [
+        b"http://down.test/a",
+        b"http://down.test/b",
+        b"http://down.test/new",
+        b"http://down.test/retry",
+    ]
