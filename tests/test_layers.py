@@ -1,4 +1,6 @@
-"""Dependencies point one way: webcrawl -> pipelines -> extensions."""
+"""Dependencies point one way: webcrawl -> pipelines -> extensions, and no
+production package imports the sandbox, the tests, the benchmarks or the
+demo scripts."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = {
     "extensions": {"extensions"},
     "pipelines": {"pipelines", "extensions"},
+    "webcrawl": {"webcrawl", "pipelines", "extensions"},
 }
 
 
@@ -28,7 +31,7 @@ def imported_packages(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_library_imports_point_one_way(package: str) -> None:
-    own = {"webcrawl", "extensions", "pipelines", "sandbox", "tests", "bench"}
+    own = {"webcrawl", "extensions", "pipelines", "sandbox", "tests", "bench", "demo"}
     wrong = {
         str(path.relative_to(ROOT)): sorted(imports - ALLOWED[package])
         for path in sorted((ROOT / package).rglob("*.py"))
