@@ -10,7 +10,6 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-import redis.asyncio as aredis
 from scrapy import Request, Spider
 from scrapy.exceptions import DownloadConnectionRefusedError
 from scrapy.statscollectors import MemoryStatsCollector
@@ -21,28 +20,16 @@ from extensions.dlq import DeadLetters
 from extensions.failures import FAILURE_META, FailurePolicyMiddleware
 from extensions.frontier import Frontier, QueuedRequest
 from extensions.keys import FrontierKeys
-from tests.utils import get_crawler
+from tests.utils import get_crawler, run_redis
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     import redis
+    import redis.asyncio as aredis
 
 DOWN = "http://down.test:80"
 OTHER = "http://up.test:80"
 K = FrontierKeys("web")
 AFTER_MS = 900_000
-
-
-def run(redis_url: str, body: Callable[[aredis.Redis], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
-        client = aredis.Redis.from_url(redis_url)
-        try:
-            return await body(client)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
 
 
 def failing_for(client: redis.Redis, hostkey: str, ms: int, fails: int = 5) -> None:
@@ -64,7 +51,7 @@ def queue_some(redis_url: str) -> None:
             ]
         )
 
-    run(redis_url, body)
+    run_redis(redis_url, body)
 
 
 def judge(redis_url: str, after_ms: int = AFTER_MS) -> tuple[int, int, bool]:
@@ -73,7 +60,7 @@ def judge(redis_url: str, after_ms: int = AFTER_MS) -> tuple[int, int, bool]:
             DOWN, after_ms, 3_600_000, "host down: refused"
         )
 
-    return run(redis_url, body)
+    return run_redis(redis_url, body)
 
 
 def test_a_host_failing_long_enough_is_swept_into_the_dlq(
@@ -131,7 +118,7 @@ def test_new_requests_of_a_down_host_go_straight_to_the_dlq_until_it_answers(
             ]
         )
 
-    assert run(redis_url, commit) == (1, 0)
+    assert run_redis(redis_url, commit) == (1, 0)
     assert not redis_client.exists(K.queue(DOWN))
     assert redis_client.zcard(K.delayed) == 0
     assert redis_client.hexists(K.dlq, "http://down.test/new")
@@ -142,9 +129,9 @@ def test_new_requests_of_a_down_host_go_straight_to_the_dlq_until_it_answers(
     async def answer(client: aredis.Redis) -> None:
         await hosts.HostRecords(client, "web").succeed(DOWN)
 
-    run(redis_url, answer)
+    run_redis(redis_url, answer)
     assert redis_client.hget(K.host(DOWN), "down") is None
-    assert run(redis_url, commit) == (2, 0)
+    assert run_redis(redis_url, commit) == (2, 0)
     assert redis_client.zcard(K.queue(DOWN)) == 1
 
 
@@ -223,7 +210,7 @@ def test_a_requeue_while_the_verdict_lasts_loses_nothing(
     async def requeue(client: aredis.Redis) -> int:
         return await DeadLetters(client, "web").requeue(reason="host_down")
 
-    assert run(redis_url, requeue) == 0
+    assert run_redis(redis_url, requeue) == 0
     assert redis_client.hlen(K.dlq) == 3
     assert redis_client.hget(K.dlq_reasons, "host_down") == b"3"
     assert not redis_client.exists(K.queue(DOWN))
@@ -246,7 +233,7 @@ def test_dead_letter_scripts_write_only_the_keys_they_are_given(
         frontier.keys.dlq_unrecorded = elsewhere
         await frontier.commit([QueuedRequest(DOWN, 0, b"http://down.test/new")])
 
-    run(redis_url, body)
+    run_redis(redis_url, body)
     assert not redis_client.exists(K.dlq_unrecorded)
     assert sorted(redis_client.lrange(elsewhere, 0, -1)) == [
         b"http://down.test/a",

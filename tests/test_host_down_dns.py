@@ -21,7 +21,8 @@ from extensions.defaults import DNS_DOWN_AFTER
 from extensions.failures import FAILURE_META, FailurePolicyMiddleware
 from extensions.frontier import Frontier, QueuedRequest
 from extensions.hosts import HostUnresolvable
-from tests.test_host_down import DOWN, K, _crawler, failing_for, queue_some, run
+from tests.test_host_down import DOWN, K, _crawler, failing_for, queue_some
+from tests.utils import run_redis
 
 if TYPE_CHECKING:
     import redis
@@ -98,7 +99,7 @@ def test_an_unresolvable_host_is_given_up_whole(
             [QueuedRequest(DOWN, 0, b"http://down.test/new")]
         )
 
-    assert run(redis_url, commit) == (0, 0)
+    assert run_redis(redis_url, commit) == (0, 0)
     new = dlq_entries(redis_client)["http://down.test/new"]
     assert new["reason"] == "dns" and "DNS_DOWN_AFTER" in new["error"]
     assert redis_client.hget(K.dlq_reasons, "dns") == b"4"
@@ -107,9 +108,9 @@ def test_an_unresolvable_host_is_given_up_whole(
     async def answer(client: aredis.Redis) -> None:
         await hosts.HostRecords(client, "web").succeed(DOWN)
 
-    run(redis_url, answer)
+    run_redis(redis_url, answer)
     assert redis_client.hget(K.host(DOWN), "down_reason") is None
-    assert run(redis_url, commit) == (1, 0)
+    assert run_redis(redis_url, commit) == (1, 0)
 
 
 def test_dns_down_after_zero_never_judges(

@@ -35,12 +35,12 @@ from extensions.serialization import request_from_bytes, request_to_bytes
 from extensions.signals import items_stored
 from pipelines.items import PageItem
 from tests.test_scheduler import make_crawler, opened
-from tests.utils import get_crawler
+from tests.utils import get_crawler, run_redis
 from webcrawl.addon import install_defaults
 from webcrawl.operate import gather_status, reset, set_paused
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator
+    from collections.abc import Iterator
     from pathlib import Path
 
     import redis
@@ -81,17 +81,6 @@ def url_of(member: bytes) -> str:
 
 def worker(name: str, lease_ms: int = 60_000) -> Worker:
     return Worker(name, lease_ms)
-
-
-def run(redis_url: str, body: Callable[[aredis.Redis], Awaitable[None]]) -> None:
-    async def main() -> None:
-        client = aredis.Redis.from_url(redis_url)
-        try:
-            await body(client)
-        finally:
-            await client.aclose()
-
-    asyncio.run(main())
 
 
 def test_every_partition_has_the_hosts_a_stable_hash_gives_it() -> None:
@@ -144,7 +133,7 @@ def test_keys_land_in_one_slot_per_partition(
             await records.fail(h, threshold=9, cooldown_ms=1, max_cooldown_ms=1)
             await dlq.host_down(h, 0, 60_000, "refused")  # queue -> DLQ
 
-    run(redis_url, body)
+    run_redis(redis_url, body)
     keys = [k.decode() for k in redis_client.scan_iter("web:*")]
     slots: dict[int, set[int]] = {}
     for key in keys:
@@ -188,7 +177,7 @@ def test_every_request_is_leased_exactly_once_by_two_workers(redis_url: str) -> 
         assert Counter(got) == Counter(url_of(r.member) for r in queued)
         assert await a.counts() == (0, 0)
 
-    run(redis_url, body)
+    run_redis(redis_url, body)
 
 
 def test_no_partition_starves_behind_a_large_one(redis_url: str) -> None:
@@ -220,7 +209,7 @@ def test_no_partition_starves_behind_a_large_one(redis_url: str) -> None:
         last_small = max(i for i, p in enumerate(order) if p != 0)
         assert last_small < len(order) // 2
 
-    run(redis_url, body)
+    run_redis(redis_url, body)
 
 
 def q_host(member: bytes) -> str:
@@ -255,7 +244,7 @@ def test_a_dead_workers_write_ahead_spanning_partitions_is_recovered(
             assert not await client.exists(f.keys.wal("dead"))
             assert await client.zscore(f.keys.workers, "dead") is None
 
-    run(redis_url, body)
+    run_redis(redis_url, body)
 
 
 def cross_partition_pair() -> tuple[str, str]:
@@ -282,7 +271,7 @@ def test_a_cross_partition_redirect_hands_over_its_lease(redis_url: str) -> None
         for part in f.parts:
             assert not await client.exists(part.keys.wal("w1"))
 
-    run(redis_url, body)
+    run_redis(redis_url, body)
 
 
 @pytest.mark.parametrize("first", ["child", "parent"])
@@ -322,7 +311,7 @@ def test_a_redirect_stopped_between_its_two_partitions_loses_nothing(
             want.append("http://h0.test/old")
         assert sorted(got) == sorted(want)
 
-    run(redis_url, body)
+    run_redis(redis_url, body)
 
 
 def test_pause_status_and_dlq_see_every_partition(
@@ -382,7 +371,7 @@ def test_pause_status_and_dlq_see_every_partition(
         assert kinds["frontier leases"] == P
         assert await reset(settings, delete=False) == {}
 
-    run(redis_url, body)
+    run_redis(redis_url, body)
 
 
 @pytest.mark.parametrize("mode", ["domain", "ip"])
@@ -405,7 +394,7 @@ def test_write_ahead_batches_are_json_per_partition(
         f = PartitionedFrontier(client, "web", P, worker("w1"))
         await f.log_ahead("w1", "e1", [q(h, "/x") for h in HOSTS])
 
-    run(redis_url, body)
+    run_redis(redis_url, body)
     total = 0
     for p in range(P):
         raw = redis_client.hget(FrontierKeys("web", p, P).wal("w1"), "e1")
@@ -440,7 +429,7 @@ def test_an_idle_worker_does_not_spin_on_empty_partitions(
         assert stats["cmdstat_evalsha"]["calls"] == P + 1
         assert 59_000 < batch.wait_ms <= 60_000
 
-    run(redis_url, body)
+    run_redis(redis_url, body)
 
 
 def test_a_crawl_keeps_the_partition_count_it_started_with(
@@ -463,7 +452,7 @@ def test_a_crawl_keeps_the_partition_count_it_started_with(
         await f.flush()
         await PartitionedFrontier(client, "web", 2).pin()
 
-    run(redis_url, body)
+    run_redis(redis_url, body)
 
 
 def test_partitions_refused_on_a_crawl_written_with_one(redis_url: str) -> None:
@@ -476,7 +465,7 @@ def test_partitions_refused_on_a_crawl_written_with_one(redis_url: str) -> None:
             await PartitionedFrontier(client, "web", P).pin()
         await PartitionedFrontier(client, "web", 1).pin()
 
-    run(redis_url, body)
+    run_redis(redis_url, body)
 
 
 def test_metrics_gauges_sum_the_partitions(redis_url: str) -> None:
@@ -491,7 +480,7 @@ def test_metrics_gauges_sum_the_partitions(redis_url: str) -> None:
         ready.extend([await client.zcard(part.keys.ready) for part in f.parts])
 
     ready: list[int] = []
-    run(redis_url, body)
+    run_redis(redis_url, body)
     assert metrics.gauges["webcrawl_frontier_queued"] == 2 * len(HOSTS) - 10
     assert metrics.gauges["webcrawl_frontier_leases"] == 10
     assert all(ready)  # hosts waiting in every partition, all counted

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import redis.asyncio as aredis
 from scrapy.utils.test import get_crawler as scrapy_get_crawler
 
 from webcrawl.addon import WebcrawlDefaults
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from scrapy import Spider
     from scrapy.crawler import Crawler
+
+T = TypeVar("T")
 
 
 def get_crawler(
@@ -22,3 +28,17 @@ def get_crawler(
     settings = dict(settings_dict or {})
     settings["ADDONS"] = {WebcrawlDefaults: 0, **settings.get("ADDONS", {})}
     return scrapy_get_crawler(spidercls, settings)
+
+
+def run_redis(redis_url: str, body: Callable[[aredis.Redis], Awaitable[T]]) -> T:
+    """Run ``body`` on a fresh asyncio client of ``redis_url`` in a new event
+    loop, and close the client."""
+
+    async def main() -> T:
+        client = aredis.Redis.from_url(redis_url)
+        try:
+            return await body(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
