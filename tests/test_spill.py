@@ -204,18 +204,21 @@ def test_a_down_hosts_requests_go_to_the_dlq_never_to_the_spill(
     run(redis_url, tmp_path, body)
 
 
+@pytest.mark.parametrize("reason", ["host_down", "dns"])
 def test_a_refill_of_a_down_host_dead_letters_what_it_reads(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, reason: str
 ) -> None:
     """Requests spilled before the host was judged down leave the store for
-    the DLQ as ``host_down``, with their priority, not for fetches of a
-    host that is down."""
+    the DLQ with the verdict's reason (the host record's ``down_reason``)
+    and their priority, not for fetches of a host that is down."""
 
     async def body(f: Frontier, _ref: Frontier, spill: FrontierSpill) -> None:
         prios = [0, 0, 0, 0, 5, 0, -3, 1, 0, 2]
         await commit(f, spill, requests(0, prios), "a")  # 6 spilled
         taken = await take(f, spill, 4)  # the queue drains: a refill is due
-        await f.client.hset(f.keys.host(HOST), "down", 2**50)
+        await f.client.hset(
+            f.keys.host(HOST), mapping={"down": 2**50, "down_reason": reason}
+        )
         assert await spill.refill() == 3
         assert await spill.refill() == 3
         assert await spill_state(f) == (0, 0, 0)
@@ -225,7 +228,9 @@ def test_a_refill_of_a_down_host_dead_letters_what_it_reads(
         assert {u.decode() for u in dead} == urls - set(taken)
         assert json.loads(dead[b"http://a.test/6"])["priority"] == -3
         assert json.loads(dead[b"http://a.test/8"])["priority"] == 0
-        assert await f.client.hget(f.keys.dlq_reasons, "host_down") == b"6"
+        assert await f.client.hgetall(f.keys.dlq_reasons) == {reason.encode(): b"6"}
+        # Listed for their page records (DeadLetters.unrecorded).
+        assert await f.client.llen(f.keys.dlq_unrecorded) == 6
         assert not await f.client.smembers(f.keys.refill)
 
     run(redis_url, tmp_path, body)
