@@ -18,6 +18,15 @@
     sends it from its final-failure errback; components that end a request
     elsewhere send it too.
 
+``seeds_settled``
+    Seeds taken from the seed list (:mod:`extensions.seeds`) no longer need
+    their entries: their requests are queued in the frontier (written ahead
+    and committed, so a live worker queues them should this one die), or
+    were refused before the scheduler (an offsite seed, counted by its
+    refuser). Argument: ``entries``, the :data:`extensions.meta.SEED_TAKEN`
+    values of those requests. The scheduler sends it; whoever took the seeds
+    removes the entries from its taken list.
+
 Why here and not in ``pipelines``: the arrow between the two library packages
 points from ``pipelines`` to ``extensions`` (the pipelines use its Redis
 connection and key layout). The frontier defines what "durable" must be told
@@ -29,3 +38,5 @@ and close a cycle.
 items_stored = object()
 
 request_dead = object()
+
+seeds_settled = object()
