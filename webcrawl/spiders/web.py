@@ -68,7 +68,7 @@ from scrapy.utils.sitemap import Sitemap
 
 from extensions import config
 from extensions.config import SettingsError
-from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
+from extensions.connection import TRANSIENT_REDIS_ERRORS, new_async_client
 from extensions.dlq import dead_letter
 from extensions.failures import FAILURE_META, classify_exception
 from extensions.meta import (
@@ -220,8 +220,10 @@ class WebSpider(Spider):
 
     def _seed_list(self) -> SeedList:
         if getattr(self, "_seeds", None) is None:
+            # A client of its own: the scheduler closes the shared one when
+            # it closes, and the seeds are given back after that.
             self._seeds = SeedList(
-                async_client(self.crawler),
+                new_async_client(self.crawler.settings),
                 self.name,
                 self.seed_url_limit,
                 taker=worker_id(),
@@ -371,12 +373,12 @@ class WebSpider(Spider):
         beater = getattr(self, "_beater", None)
         if beater is not None:
             beater.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beater
+            await asyncio.wait([beater], timeout=5)
         if getattr(self, "_seeds", None) is None:
             return
+        seeds = self._seed_list()
         try:
-            n = await self._seed_list().release()
+            n = await seeds.release()
         except TRANSIENT_REDIS_ERRORS as exc:
             logger.warning(
                 "Could not give back this worker's taken seeds (%s): a live "
@@ -385,6 +387,8 @@ class WebSpider(Spider):
                 DEAD_AFTER_HEARTBEATS,
             )
             return
+        finally:
+            await seeds.client.aclose()
         if n:
             logger.info("Gave back %s taken seeds to %s", n, self._seed_list().key)
 
