@@ -53,7 +53,7 @@ from extensions.embedded_redis import RedisProcess
 from sandbox.process import SandboxProcess
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from sandbox.site import SiteSpec
 
@@ -126,6 +126,8 @@ class Run:
     timeout: float = 300.0
     idle_close: float = 3.0
     extra: dict[str, object] = field(default_factory=dict)
+    # (process number, command) -> command: e.g. a profiler (bench.profile)
+    wrap: Callable[[int, list[str]], list[str]] | None = None
 
 
 def host_delays(spec: SiteSpec, delay: float) -> dict[str, float]:
@@ -319,6 +321,8 @@ def crawl(crawler: Crawler, run: Run, work: Path) -> RunResult:
         cmds, env = _commands(crawler, run, work, redis_url, seed_file)
         before = redis_counters(client) if client is not None else {}
         start = time.monotonic()
+        if run.wrap is not None:
+            cmds = [run.wrap(n, cmd) for n, cmd in enumerate(cmds)]
         for n, cmd in enumerate(cmds):
             with open(work / f"{crawler.kind}-{n}.log", "ab") as log:
                 procs.append(

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -509,10 +509,33 @@ def main(argv: list[str] | None = None) -> int:
         default="unthrottled,polite,memory,micro",
         help="comma list of: unthrottled, polite, memory, micro",
     )
+    parser.add_argument(
+        "--web",
+        help="unthrottled web as HOSTSxPAGES (e.g. 20x50, for quick comparisons)",
+    )
+    parser.add_argument(
+        "--crawlers",
+        help="comma list of unthrottled columns to run, e.g. bare,webcrawl-1",
+    )
     parser.add_argument("--out", type=Path, default=OUT, help="Markdown copy")
     parser.add_argument("--keep", action="store_true", help="keep crawl logs")
     args = parser.parse_args(argv)
     size = QUICK if args.quick else FULL
+    if args.web:
+        hosts, pages = (int(n) for n in args.web.lower().split("x"))
+        size = replace(
+            size, unthrottled=SiteSpec(seed=1, hosts=hosts, pages_per_host=pages)
+        )
+    if args.crawlers:
+        names = {n.strip() for n in args.crawlers.split(",")}
+        size = replace(
+            size,
+            unthrottled_crawlers=[
+                c
+                for c in UNTHROTTLED
+                if c.kind in names or f"{c.kind}-{c.workers}" in names
+            ],
+        )
     repeats = args.repeats or size.repeats
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     started = time.monotonic()

@@ -27,6 +27,7 @@ Settings read: none.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from urllib.parse import unquote_plus, urljoin, urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url as _w3lib_canonicalize_url
@@ -168,6 +169,14 @@ def canonicalize_url(url: str, base: str | None = None) -> str:
     """
     if base:
         url = urljoin(base, url)
+    return _canonical(url)
+
+
+# A page's links repeat on every page of its site: the same ~20 URLs are
+# canonicalized again and again (enqueue, redirect checks). 16,384 entries of
+# two short strings are ~5 MB.
+@lru_cache(maxsize=16_384)
+def _canonical(url: str) -> str:
     url = _w3lib_canonicalize_url(url)
     parts = urlsplit(url)
     netloc = _normalize_netloc(parts.scheme, parts.netloc)

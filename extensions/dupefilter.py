@@ -53,6 +53,13 @@ class BloomDupeFilter(BaseDupeFilter):
       *blocking* round trip on a synchronous client, for each request
       scheduled; the stock scheduler calls :meth:`log` itself.
 
+    A worker remembers the fingerprints the filter answered for (``LOCAL``
+    most recent, two generations): the filter never forgets, so a repeat of
+    one of them is a duplicate without a round trip. :meth:`seen_before`
+    asks that memory alone (the scheduler drops a repeated link there,
+    before serializing it); :meth:`requests_seen` sends Redis only the rest.
+    Sandbox pages link ~20 URLs each, almost all repeats.
+
     Seen and mark-seen are one atomic Redis command per request, so two
     workers never both accept a URL (see :mod:`extensions.bloom` for the bit
     math and the layout). Keys: ``keys.bloom_meta(prefix)`` (geometry, layer
@@ -68,8 +75,15 @@ class BloomDupeFilter(BaseDupeFilter):
     a full filter can no longer grow.
     """
 
+    # Fingerprints remembered per generation: two generations of 100,000
+    # 20-byte fingerprints are ~17 MB at most, far less than Scrapy's own
+    # in-memory dupefilter holds for a crawl of that size.
+    LOCAL = 100_000
+
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
+        self._known: set[bytes] = set()
+        self._known_old: set[bytes] = set()
         settings = crawler.settings
         config.require(settings, defaults)
         try:
@@ -154,16 +168,49 @@ class BloomDupeFilter(BaseDupeFilter):
         assert self.bloom is not None
         fingerprint = self.crawler.request_fingerprinter.fingerprint
         result = [False] * len(requests)
-        index = [i for i, r in enumerate(requests) if not r.dont_filter]
+        spider = self.crawler.spider
+        index: list[int] = []
+        fps: list[bytes] = []
+        for i, request in enumerate(requests):
+            if request.dont_filter:
+                continue
+            fp = fingerprint(request)
+            if self._knows(fp):
+                result[i] = True
+                self.log(request, spider)
+            else:
+                index.append(i)
+                fps.append(fp)
         if not index:
             return result
-        seen = await self.bloom.test_and_set([fingerprint(requests[i]) for i in index])
-        spider = self.crawler.spider
-        for i, was_seen in zip(index, seen, strict=True):
+        seen = await self.bloom.test_and_set(fps)
+        for i, fp, was_seen in zip(index, fps, seen, strict=True):
+            self._remember(fp)
             if was_seen:
                 result[i] = True
                 self.log(requests[i], spider)
         return result
+
+    def seen_before(self, request: Request) -> bool:
+        """Whether this worker already had the filter's answer for the
+        request's fingerprint: then it is a duplicate (counted and logged
+        like any drop), with no Redis call. False says nothing: ask
+        :meth:`requests_seen`."""
+        if request.dont_filter:
+            return False
+        if self._knows(self.crawler.request_fingerprinter.fingerprint(request)):
+            self.log(request, self.crawler.spider)
+            return True
+        return False
+
+    def _knows(self, fp: bytes) -> bool:
+        return fp in self._known or fp in self._known_old
+
+    def _remember(self, fp: bytes) -> None:
+        # Only after the filter answered: its bits are set for good then.
+        if len(self._known) >= self.LOCAL:
+            self._known_old, self._known = self._known, set()
+        self._known.add(fp)
 
     def request_seen(self, request: Request) -> bool:
         """Scrapy's stock path: one blocking round trip per request.
@@ -182,7 +229,11 @@ class BloomDupeFilter(BaseDupeFilter):
                 self.crawler.stats,
             )
         fp = self.crawler.request_fingerprinter.fingerprint(request)
-        return self._sync.test_and_set([fp])[0]
+        if self._knows(fp):
+            return True
+        seen = self._sync.test_and_set([fp])[0]
+        self._remember(fp)
+        return seen
 
     def log(self, request: Request, spider: Spider | None) -> None:
         """Count a dropped request; log it (each one with DUPEFILTER_DEBUG,

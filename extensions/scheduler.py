@@ -198,6 +198,11 @@ class RedisScheduler(BaseScheduler):
         self.dupefilter = build_from_crawler(
             load_object(s["DUPEFILTER_CLASS"]), crawler
         )
+        # BloomDupeFilter's memory of its answers (no Redis call); None for
+        # a dupefilter without one.
+        self._seen_before: Callable[[Request], bool] | None = getattr(
+            self.dupefilter, "seen_before", None
+        )
         self.worker = worker_id()
         self.stats = crawler.stats
         self.spider: Spider | None = None
@@ -331,10 +336,19 @@ class RedisScheduler(BaseScheduler):
         )
 
     def enqueue_request(self, request: Request) -> bool:
+        # Under the object the engine announced (request_scheduled), before
+        # canonicalizing makes a new one.
+        self._announced.pop(id(request), None)
         canonical = canonicalize_url(request.url)
         if canonical != request.url:
             request = request.replace(url=canonical)
-        self._announced.pop(id(request), None)
+        if self._seen_before is not None and self._seen_before(request):
+            # A repeat of a fingerprint this worker's dupefilter already
+            # answered for (most links of a page): dropped before it is
+            # serialized and written ahead. The engine sends request_dropped,
+            # which ends a parent's lease as the batch path does.
+            self._redirect_loop(request)
+            return False
         parent = request.meta.pop(meta.FRONTIER_LEASE, None)
         if parent is not None:
             # A redirect or retry of a leased request: the lease is handed
@@ -644,7 +658,9 @@ class RedisScheduler(BaseScheduler):
     def _redirect_loop(self, request: Request) -> None:
         """A redirect (or meta refresh) back to a URL of its own chain is
         a duplicate to the dupefilter: dead-letter it as a loop."""
-        chain = request.meta.get("redirect_urls") or []
+        chain = request.meta.get("redirect_urls")
+        if not chain:
+            return
         if request.url in chain or canonicalize_url(request.url) in {
             canonicalize_url(u) for u in chain
         }:

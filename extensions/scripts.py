@@ -122,17 +122,13 @@ async def run_pipelined(
     """Run each (script, keys, args) in one pipelined round trip (one per
     master on a cluster); the results in order.
 
-    redis-py's cluster pipeline refuses a script object's ``evalsha``, so
-    there the calls go as raw ``EVALSHA`` (routed by the first key); a call
-    a master answers ``NOSCRIPT`` (it never saw the script: a promoted
+    The calls go as raw ``EVALSHA`` (routed by the first key on a cluster):
+    a script object passed to a pipeline makes redis-py send ``SCRIPT
+    EXISTS`` first (one more round trip), and its cluster pipeline refuses
+    it. A call answered ``NOSCRIPT`` (a restarted server, a promoted
     replica) did not run, and runs again alone through the script object,
-    which loads it. The other calls ran once: nothing runs twice.
+    which loads it; the other calls ran once: nothing runs twice.
     """
-    if not isinstance(client, RedisCluster):
-        async with client.pipeline(transaction=False) as pipe:
-            for run, keys, args in calls:
-                await run(keys=keys, args=args, client=pipe)
-            return list(await pipe.execute())
     async with client.pipeline(transaction=False) as pipe:
         for run, keys, args in calls:
             pipe.execute_command("EVALSHA", run.sha, len(keys), *keys, *args)

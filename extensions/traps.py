@@ -228,7 +228,11 @@ class TrapFilter:
             return TrapFiltered(
                 "path_too_deep", f"{len(segments)} segments > {self.max_depth}"
             )
-        if self.max_repeats and max_repeats(segments) > self.max_repeats:
+        if (
+            self.max_repeats
+            and len(segments) > self.max_repeats  # else no segment can repeat more
+            and max_repeats(segments) > self.max_repeats
+        ):
             return TrapFiltered(
                 "repeated_segments", f"a segment repeats > {self.max_repeats} times"
             )
@@ -316,30 +320,43 @@ class TrapFilter:
                 )
 
     async def _admit(self, batch: list[Request]) -> list[Any]:
-        """One pipelined round trip: the budget script's verdict per request."""
-        admit = script(self.client, ADMIT_SCRIPT)
-        calls = []
-        for request in batch:
-            host = host_key(request.url)
+        """One pipelined round trip: the budget script's verdict per request.
+
+        A request with nothing to count (no host budget, and no query or
+        templated path for the variant budget) is admitted here: the script
+        would neither read nor write anything for it. On a web of plain
+        paths that is every link, and no round trip at all.
+        """
+        verdicts: list[Any] = [0] * len(batch)
+        calls: list[tuple[int, list[str], list[Any]]] = []
+        for i, request in enumerate(batch):
             parts = urlsplit(request.url)
             template = path_template(parts.path)
-            path = template or parts.path
             variant = (
                 parts.path + ("?" + parts.query if parts.query else "")
                 if template
                 else parts.query
             )
+            if not self.host_max_pages and not (variant and self.max_variants):
+                continue
+            host = host_key(request.url)
             calls.append(
                 (
-                    admit,
+                    i,
                     [
                         keys.trap_pages(self.prefix, host),
-                        keys.trap_variants(self.prefix, host, path),
+                        keys.trap_variants(self.prefix, host, template or parts.path),
                     ],
                     [request.url, self.host_max_pages, variant, self.max_variants],
                 )
             )
-        return await run_pipelined(self.client, calls)
+        if not calls:
+            return verdicts
+        admit = script(self.client, ADMIT_SCRIPT)
+        answers = await run_pipelined(self.client, [(admit, k, a) for _, k, a in calls])
+        for (i, _, _), verdict in zip(calls, answers, strict=True):
+            verdicts[i] = verdict
+        return verdicts
 
 
 SPIDER_MIDDLEWARES: dict[str, int | None] = {

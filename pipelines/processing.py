@@ -239,7 +239,10 @@ def main_text(tree: HTMLTree) -> str:
         # content; the heuristics keep e.g. a site name in a banner.
         skip_elements=_PAGE_CHROME,
     )
-    return "\n".join(filter(None, map(_clean, str(text).splitlines())))
+    # _clean of each line, with C functions only (no Python frame per line).
+    return "\n".join(
+        filter(None, map(" ".join, map(str.split, str(text).splitlines())))
+    )
 
 
 def _base_dir(base: str) -> str | None:

@@ -176,3 +176,38 @@ def test_periodic_refresh(redis_url: str) -> None:
 def test_bad_settings(redis_url: str, override: dict[str, Any]) -> None:
     with pytest.raises(NotConfigured):
         build_from_crawler(BloomDupeFilter, make_crawler(redis_url, **override))
+
+
+def test_a_worker_remembers_its_answers(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    # The filter never forgets: a fingerprint this worker had an answer for
+    # is a duplicate without asking Redis again (seen_before, and the batch
+    # path sends only the others).
+    crawler = make_crawler(redis_url)
+    df = build_from_crawler(BloomDupeFilter, crawler)
+    a, b, c = (Request(f"http://a.test/{i}") for i in range(3))
+
+    def bitfields() -> int:
+        stats = redis_client.info("commandstats")
+        names = ("cmdstat_bitfield", "cmdstat_bitfield_ro")
+        return sum(int(stats[k]["calls"]) for k in names if k in stats)
+
+    async def body() -> tuple[list[bool], list[bool], int]:
+        await df.open_async()
+        first = await df.requests_seen([a, b])
+        before = bitfields()
+        again = await df.requests_seen([Request(a.url), b, c])
+        sent = bitfields() - before
+        await df.close_async("finished")
+        return first, again, sent
+
+    assert not df.seen_before(a)  # nothing answered yet
+    first, again, sent = run(crawler, body)
+    assert first == [False, False]
+    assert again == [True, True, False]
+    assert sent == 1  # c only
+    assert df.seen_before(Request(c.url))
+    assert not df.seen_before(Request(c.url, dont_filter=True))
+    assert not df.seen_before(Request("http://a.test/new"))
+    assert crawler.stats.get_value("dupefilter/filtered") == 3

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis.asyncio as aredis
-from scrapy import Request, Spider
+from scrapy import Request, Spider, signals
 
 from extensions.embedded_redis import RedisProcess
 from extensions.frontier import Frontier, QueuedRequest, Worker
@@ -240,6 +240,67 @@ def test_redirect_hands_over_its_lease(redis_url: str) -> None:
             return bool(stats.get_value("scheduler/acked") == 1)
 
         await wait_for(acked)
+        await s.close_async("finished")
+
+    run(body)
+
+
+def test_repeated_link_is_dropped_without_redis(redis_url: str) -> None:
+    # A link whose fingerprint this worker's dupefilter already answered for
+    # is refused by enqueue_request itself (the engine then sends
+    # request_dropped): no serialization, no write-ahead, no Bloom command.
+    async def body() -> None:
+        crawler = make_crawler(redis_url)
+        s = await opened(crawler)
+        assert s.enqueue_request(Request("http://a.test/old"))
+        (parent,) = await drain(s, 1)
+        stats = crawler.stats
+        assert stats is not None
+        client = aredis.Redis.from_url(redis_url)
+
+        async def bloom_calls() -> int:
+            found = (await client.info("commandstats")).get("cmdstat_bitfield")
+            return int(found["calls"]) if found else 0
+
+        before = await bloom_calls()
+        assert not s.enqueue_request(Request("http://A.TEST/old#again"))
+        # A redirect back to a known URL: dropped too, and (as the engine
+        # does for a refused request) request_dropped ends the parent's lease.
+        child = parent.replace(url="http://a.test/old")
+        assert not s.enqueue_request(child)
+        crawler.signals.send_catch_log(signals.request_dropped, request=child)
+        assert stats.get_value("dupefilter/filtered") == 2
+        await wait_for(lambda: stats.get_value("scheduler/acked") == 1)
+        assert await bloom_calls() == before
+        assert stats.get_value("scheduler/enqueued/redis") == 1
+        await client.aclose()
+        await s.close_async("finished")
+
+    run(body)
+
+
+def test_redirect_to_a_non_canonical_url_is_not_taken_for_refused(
+    redis_url: str,
+) -> None:
+    # The engine announces a redirect in request_scheduled, then calls
+    # enqueue_request, which canonicalizes it into a new Request object: the
+    # announcement must be cleared under the object the engine announced,
+    # or the redirect is dead-lettered as refused though it was queued.
+    async def body() -> None:
+        crawler = make_crawler(redis_url)
+        s = await opened(crawler)
+        s.enqueue_request(Request("http://a.test/old"))
+        (parent,) = await drain(s, 1)
+        child = parent.replace(url="http://A.TEST/new#top")  # lease copied
+        crawler.signals.send_catch_log(signals.request_scheduled, request=child)
+        assert s.enqueue_request(child)
+        (got,) = await drain(s, 1)
+        assert got.url == "http://a.test/new"
+        await asyncio.sleep(0.05)  # past the announcement check
+        stats = crawler.stats
+        assert stats is not None
+        assert stats.get_value("scheduler/refused_on_schedule") is None
+        assert stats.get_value("dlq/offsite_redirect") is None
         await s.close_async("finished")
 
     run(body)

@@ -8,6 +8,7 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis
 from scrapy import Request, Spider
 from scrapy.exceptions import NotConfigured
 from scrapy.http import HtmlResponse
@@ -139,6 +140,34 @@ def test_budgets_are_fleet_wide(redis_url: str) -> None:
     stats = second.crawler.stats
     assert stats is not None
     assert stats.get_value("traps/filtered/host_budget") >= 3
+
+
+def test_links_with_nothing_to_count_cost_no_redis_command(redis_url: str) -> None:
+    # Default budgets: no host budget, a variant budget that only URLs with a
+    # query or a templated path count against. A page of plain links is
+    # admitted without a round trip; a facet link still goes to Redis.
+    client = redis.Redis.from_url(redis_url)
+
+    def commands() -> int:
+        return int(client.info("stats")["total_commands_processed"])
+
+    plain = [Request(f"http://a.test/p/{n}.html") for n in range(20)]
+    before = commands()
+    out = run_output(trap_filter(REDIS_URL=redis_url), plain)
+    assert [r.url for r in out] == [r.url for r in plain]
+    # run_output's client sends nothing else (it connects on first command).
+    assert commands() - before == 1  # this INFO
+    # A facet link goes to Redis: the budget script by SHA, in one round
+    # trip (no SCRIPT EXISTS before it once the script is loaded).
+    facets = [Request(f"http://a.test/s?q={n}") for n in range(3)]
+    run_output(trap_filter(REDIS_URL=redis_url), facets[:1])
+    before = client.info("commandstats")
+    out = run_output(trap_filter(REDIS_URL=redis_url), facets)
+    after = client.info("commandstats")
+    assert [r.url for r in out] == [r.url for r in facets]
+    assert after["cmdstat_evalsha"]["calls"] - before["cmdstat_evalsha"]["calls"] == 3
+    assert after["cmdstat_script"] == before["cmdstat_script"]
+    client.close()
 
 
 def test_a_budget_refusal_reaches_the_errback_as_a_store_only_record(
