@@ -64,9 +64,12 @@ local function give_back(taken, seeds)
   local kind = redis.call('TYPE', taken)['ok']
   if kind == 'none' then return 0 end
   if kind ~= 'list' then return -1 end
-  local n = 0
-  while redis.call('LMOVE', taken, seeds, 'LEFT', 'RIGHT') do n = n + 1 end
-  return n
+  -- The taken list holds the newest at its head: pushed in that order, the
+  -- oldest ends at the seed list's tail. (No LMOVE: Redis < 6.2.)
+  local entries = redis.call('LRANGE', taken, 0, -1)
+  for _, v in ipairs(entries) do redis.call('RPUSH', seeds, v) end
+  redis.call('DEL', taken)
+  return #entries
 end
 """
 
@@ -97,7 +100,7 @@ for _, taker in ipairs(dead) do
 end
 local out = {back, broken}
 for i = 1, tonumber(ARGV[1]) do
-  local v = redis.call('LMOVE', seeds, mine, 'RIGHT', 'LEFT')
+  local v = redis.call('RPOPLPUSH', seeds, mine)
   if not v then break end
   out[#out + 1] = v
 end
