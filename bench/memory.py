@@ -18,6 +18,12 @@ project's settings queues them: ``REFERER_ENABLED`` is off, see
 Redis bytes are ``MEMORY USAGE key SAMPLES 0`` summed over every key of a fresh
 ``redis-server`` (one per system), divided by ``N``.
 
+The spill effect: the same ``N`` requests committed as a worker does with
+``FRONTIER_HOST_QUEUE_MAX`` = a tenth of each host's share (so the queues
+grow 10x past the cap), the refused ones written to a SQLite page store by
+:class:`extensions.spill.FrontierSpill`; Redis bytes with the cap against
+webcrawl's without it.
+
 Reads no settings (``extensions.defaults`` gives the Bloom error rate).
 """
 
@@ -163,6 +169,59 @@ async def _commit(url: str, n: int) -> None:
             batch = []
     await frontier.commit(batch)
     await client.aclose()
+
+
+async def _commit_capped(url: str, n: int, cap: int, home: str) -> int:
+    """Commit ``n`` requests as a worker does under ``cap`` (write ahead,
+    commit, write the refused ones to the spill store); returns how many
+    were spilled."""
+    from extensions.spill import FrontierSpill
+
+    client = aredis.Redis.from_url(url)
+    crawler = get_crawler(
+        Spider,
+        {
+            "FRONTIER_HOST_QUEUE_MAX": cap,
+            "FRONTIER_MAX_MEMORY": 0,
+            "FRONTIER_SPILL_BATCH": min(cap, defaults.FRONTIER_SPILL_BATCH),
+            "FRONTIER_SPILL_STORE": "pipelines.stores.spill.PageStoreSpill",
+            "SQLITE_PATH": f"{home}/pages.sqlite3",
+        },
+    )
+    spill = FrontierSpill(crawler)
+    frontier = Frontier(client, "web")
+    spill.open([frontier])
+    spilled = 0
+    try:
+        batch: list[QueuedRequest] = []
+        for i, r in enumerate(requests(n), 1):
+            batch.append(QueuedRequest(host_key(r), 0, request_to_bytes(r)))
+            if len(batch) == BATCH or i == n:
+                entry = f"b{i}"
+                await frontier.log_ahead("bench", entry, batch)
+                _, _, refused = await frontier.commit_capped(
+                    batch, (), ("bench", entry), spill.cap(), spill.refill_below
+                )
+                if refused:
+                    await spill.write(refused, entry, "bench")
+                spilled += len(refused)
+                batch = []
+    finally:
+        await spill.close()
+        await client.aclose()
+    return spilled
+
+
+def spill_effect(url: str, n: int) -> dict[str, float]:
+    """Redis bytes of ``n`` queued requests with the spill cap at a tenth of
+    each host's share (the rest in a SQLite page store)."""
+    cap = max(1, n // HOSTS // 10)
+    with tempfile.TemporaryDirectory(prefix="bench-spill-") as home:
+        spilled = asyncio.run(_commit_capped(url, n, cap, home))
+    client = redis.Redis.from_url(url)
+    total = redis_bytes(client)
+    client.close()
+    return {"cap": cap, "spilled": spilled, "bytes": total, "per_queued": total / n}
 
 
 def webcrawl(url: str, n: int) -> dict[str, float]:
@@ -322,6 +381,7 @@ def measure(n: int, crawl_pages: int = 0) -> dict[str, dict[str, Any]]:
         ("scrapy-redis", scrapy_redis),
         ("webcrawl", webcrawl),
         ("dedup", duplicate_index),
+        ("spill", spill_effect),
     ):
         with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
             server = RedisProcess(tmp, appendonly=False).start()
@@ -348,6 +408,7 @@ def report(n: int, out: dict[str, dict[str, Any]]) -> str:
         f" {pipeline_defaults.NEARDUP_CACHE_PAGES:,})",
         f"duplicate index, Redis bytes per page {dedup['per_page']:.1f}",
         f"all-in per seen URL (Bloom + index)   {web['seen'] + dedup['per_page']:.2f}",
+        *spill_lines(n, out),
         "",
         "default Bloom geometry: items, layers, MB, compound bound, bits/optimal",
     ]
@@ -371,6 +432,20 @@ def report(n: int, out: dict[str, dict[str, Any]]) -> str:
             + ", ".join(f"{k} {v:,}" for k, v in c["families"].items()),
         ]
     return "\n".join(lines)
+
+
+def spill_lines(n: int, out: dict[str, dict[str, Any]]) -> list[str]:
+    """The spill effect's rows of :func:`report`."""
+    if "spill" not in out:
+        return []
+    sp, without = out["spill"], out["webcrawl"]["queued"] * n
+    return [
+        f"{n:,} queued, FRONTIER_HOST_QUEUE_MAX={sp['cap']:,} (10x past it), "
+        f"{sp['spilled']:,} in the page store:",
+        f"  Redis bytes with the cap {sp['bytes']:,.0f} ({sp['per_queued']:.1f} B"
+        f" per queued request), without {without:,.0f}"
+        f" ({out['webcrawl']['queued']:.1f} B): x{sp['bytes'] / without:.2f}",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

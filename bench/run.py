@@ -446,6 +446,19 @@ def memory_table(n: int, out: dict[str, dict[str, Any]]) -> str:
     )
     rows.append(["Redis bytes per seen URL, all-in (Bloom + index)", "n/a", "n/a",
                  f"{seen + dedup:.1f}"])  # fmt: skip
+    if "spill" in out:
+        sp = out["spill"]
+        share = sp["per_queued"] / out["webcrawl"]["queued"]
+        rows.append(
+            [
+                f"Redis bytes per queued request, 10x past FRONTIER_HOST_QUEUE_MAX"
+                f"={sp['cap']}",
+                "n/a",
+                "n/a",
+                f"{sp['per_queued']:.1f} (x{share:.2f} of uncapped; the rest in "
+                "the page store)",
+            ]
+        )
     text = (
         f"### memory\n\n{n:,} requests over 100 hosts (depth "
         "meta), each system through its own queue and dupefilter code; stock "

@@ -3,7 +3,8 @@
 Settings read: ``BACKOFF_ENABLED``, ``BACKOFF_HTTP_CODES``, ``BACKOFF_INITIAL``,
 ``BACKOFF_MAX``, ``BACKOFF_JITTER``, ``BACKOFF_QUIET_PERIOD``,
 ``BREAKER_THRESHOLD``, ``BREAKER_COOLDOWN``, ``BREAKER_MAX_COOLDOWN``,
-``HOST_DOWN_AFTER``, ``HOST_DOWN_TTL``, ``FRONTIER_PARTITIONS`` (where a
+``HOST_DOWN_AFTER``, ``HOST_DOWN_TTL``, ``DNS_DOWN_AFTER``,
+``FRONTIER_PARTITIONS`` (where a
 host's record lives), and through
 :mod:`extensions.connection` ``REDIS_URL``.
 
@@ -18,6 +19,15 @@ commit dead-letters its new requests instead of queueing them. A response
 ends the verdict. So a server that stays down costs a bounded total: about
 ``HOST_DOWN_AFTER`` of parked, spaced attempts, then one probe per
 ``HOST_DOWN_TTL``.
+
+A host whose name does not resolve: once its name has failed to resolve for
+``DNS_DOWN_AFTER`` seconds (its first DNS failure, robots.txt fetch
+included, and one at least that much later, no response between), the same
+verdict is made with reason ``dns``: its queued and delayed requests are
+dead-lettered as ``dns`` in one script, the failing request is given up at
+once, and its new URLs go to the DLQ as ``dns`` for ``HOST_DOWN_TTL``. So a
+dead name costs about ``DNS_DOWN_AFTER`` (two attempts), however many URLs
+it has, not one ``DOWNLOAD_DELAY`` per URL and retry.
 
 The curve is StormCrawler's: the first 429/503 of a host sets its back-off to
 60 s, each further one within the back-off window doubles it (with ±10%
@@ -66,6 +76,12 @@ CONNECTION_FAILURES: tuple[type[BaseException], ...] = (
     twisted_error.ConnectError,
     twisted_error.ConnectionLost,
     twisted_error.TimeoutError,
+    twisted_error.DNSLookupError,
+)
+# Failures that say the host's name does not resolve (HostUnresolvable, the
+# robots middleware's, is a CannotResolveHostError).
+DNS_FAILURES: tuple[type[BaseException], ...] = (
+    CannotResolveHostError,
     twisted_error.DNSLookupError,
 )
 
@@ -142,6 +158,7 @@ class BackoffMiddleware:
         self.max_cooldown_ms = round(s.getfloat("BREAKER_MAX_COOLDOWN") * 1000)
         self.down_after_ms = round(s.getfloat("HOST_DOWN_AFTER") * 1000)
         self.down_ttl_ms = round(s.getfloat("HOST_DOWN_TTL") * 1000)
+        self.dns_after_ms = round(s.getfloat("DNS_DOWN_AFTER") * 1000)
         if self.initial_ms <= 0 or self.max_ms < self.initial_ms or self.threshold < 1:
             raise NotConfigured(
                 "BACKOFF_INITIAL must be > 0 and <= BACKOFF_MAX, BREAKER_THRESHOLD >= 1"
@@ -230,9 +247,14 @@ class BackoffMiddleware:
         return response
 
     async def process_exception(self, request: Request, exception: Exception) -> None:
-        if not isinstance(exception, CONNECTION_FAILURES) or isinstance(
-            exception, HostUnresolvable
-        ):
+        if not isinstance(exception, CONNECTION_FAILURES):
+            return
+        dns = self.dns_after_ms > 0 and isinstance(exception, DNS_FAILURES)
+        if isinstance(exception, HostUnresolvable):
+            # No connection was tried: the robots.txt fetch found the name
+            # unresolvable (and was counted); the run of failures goes on.
+            if dns:
+                await self._judge_down(request, host_key(request), exception, "dns")
             return
         if isinstance(exception, HostDown):
             # No connection was tried (the robots middleware found the
@@ -264,28 +286,46 @@ class BackoffMiddleware:
                 "(last: %s): its queue is parked",
                 hostkey, fails, type(exception).__name__,
             )  # fmt: skip
-        if self.down_after_ms and fails >= self.threshold:
+        if dns:
+            await self._judge_down(request, hostkey, exception, "dns")
+        elif self.down_after_ms and fails >= self.threshold:
             await self._judge_down(request, hostkey, exception)
 
     async def _judge_down(
-        self, request: Request, hostkey: str, exception: Exception
+        self,
+        request: Request,
+        hostkey: str,
+        exception: Exception,
+        reason: str = "host_down",
     ) -> None:
-        """Judge the host down if it has failed long enough (one script that
+        """Judge the host down (``reason`` ``host_down``) or its name
+        unresolvable (``dns``) if it has failed long enough (one script that
         also dead-letters its waiting requests); while a verdict is in force,
         mark ``request`` so that the failure policy gives it up."""
         stats = self.crawler.stats
         assert stats is not None
-        error = f"host down: {type(exception).__name__}: {exception}"
+        dns = reason == "dns"
+        what = "name does not resolve" if dns else "host down"
+        error = f"{what}: {type(exception).__name__}: {exception}"
+        after_ms = self.dns_after_ms if dns else self.down_after_ms
         swept, down, made = await retry_redis(
             lambda: self.dead_letters.host_down(
-                hostkey, self.down_after_ms, self.down_ttl_ms, error
+                hostkey, after_ms, self.down_ttl_ms, error, reason
             ),
             "the host-down verdict",
         )
         if not down:
             return
-        request.meta[meta.HOST_DOWN] = True
-        if made:
+        request.meta[meta.HOST_DOWN] = "dns" if dns else True
+        if made and dns:
+            stats.inc_value("backoff/dns_down")
+            stats.inc_value("dlq/dns", swept)
+            logger.warning(
+                "%s does not resolve (for DNS_DOWN_AFTER=%.0f s): %d waiting "
+                "requests dead-lettered, new ones go to the DLQ for %.0f s",
+                hostkey, after_ms / 1000, swept, self.down_ttl_ms / 1000,
+            )  # fmt: skip
+        elif made:
             stats.inc_value("backoff/host_down")
             stats.inc_value("dlq/host_down", swept)
             logger.warning(

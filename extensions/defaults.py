@@ -49,6 +49,14 @@ SCHEDULER_PERSIST = True
 SCHEDULER_FLUSH_ON_START = False
 # Dotted path of the function that scores a request's priority (empty: keep request.priority).
 FRONTIER_PRIORITY_FUNCTION = "extensions.scoring.seed_priority"
+# Requests one host may queue in Redis; more go to FRONTIER_SPILL_STORE (0: no cap).
+FRONTIER_HOST_QUEUE_MAX: Annotated[int, Range(0)] = 10_000
+# Redis used_memory (bytes; a cluster's fullest master) past which new requests go to FRONTIER_SPILL_STORE (0: off).
+FRONTIER_MAX_MEMORY: Annotated[int, Range(0)] = 0
+# Dotted path of the spill store class (from_crawler; empty: no spill, queues grow in Redis).
+FRONTIER_SPILL_STORE = ""
+# Spilled requests moved back per refill; a host is refilled when its queue is shorter.
+FRONTIER_SPILL_BATCH: Annotated[int, Range(1, 100_000)] = 500
 
 # --- Continuous crawling (extensions.recrawl) ---------------------------------
 # Revisit every stored page: a next-visit time per page, conditional GET, a revisit policy.
@@ -125,6 +133,8 @@ BREAKER_MAX_COOLDOWN: Annotated[float, Range(above=0)] = 86400.0
 # failures, no response) before it is judged down: its waiting requests are
 # dead-lettered as host_down (0: never).
 HOST_DOWN_AFTER: Annotated[float, Range(0)] = 900.0
+# Seconds a host's name may fail to resolve (two failures at least that far apart, no response between) before all its requests are dead-lettered as dns (0: never).
+DNS_DOWN_AFTER: Annotated[float, Range(0)] = 30.0
 # Seconds a host-down verdict lasts: its new requests go straight to the DLQ.
 HOST_DOWN_TTL: Annotated[float, Range(above=0)] = 3600.0
 

@@ -15,7 +15,12 @@ without a scan). An entry holds::
 (:func:`extensions.serialization.request_to_bytes`) without its failure
 history, so :meth:`DeadLetters.requeue` puts it back exactly as it was first
 queued, past the dupefilter, with a fresh failure budget. The page stays on
-record in the page store as well (the spider stores every final failure).
+record in the page store as well: the spider stores every final failure it
+sees; a dead letter written elsewhere (by the scheduler, or by a frontier
+script: the host-down sweep, the commit's diversion of a down host's URLs)
+is listed in ``web:{web}:dlq:unrecorded`` until the scheduler hands it, a
+page at a time (:meth:`DeadLetters.unrecorded`), to whoever records failed
+pages (signal :data:`extensions.signals.dead_letters_unrecorded`).
 One entry per URL: a URL that fails again replaces its entry.
 """
 
@@ -59,7 +64,10 @@ _ATTEMPT_META = (
 # ``last_failure`` is set from the Redis clock (seconds), and
 # ``first_failure`` too when the entry has none. Returns 1 if the URL was new.
 # ``dlq_member`` dead-letters a request as the frontier queues it (``member``:
-# its serialization, the URL on the first line) with no failure record.
+# its serialization, the URL on the first line) with no failure record, and
+# lists its URL in ``<dlq>:unrecorded`` (the same tag as ``dlq``, so the same
+# slot: the frontier's commit calls it with its own KEYS), whence
+# :meth:`DeadLetters.unrecorded` hands it to the page store's record.
 LUA_DLQ = (
     LUA_NOW_MS
     + """
@@ -84,24 +92,59 @@ local function dlq_put(dlq, reasons, url, entry)
 end
 local function dlq_member(dlq, reasons, host, prio, member, reason, err)
   local url = string.match(member, '^[^\\n]*')
+  if reason == 'host_down' then
+    -- The frontier's commit names every verdict host_down: a verdict made
+    -- for another reason (dns) keeps it in the host record beside 'down'
+    -- (the record's key: the dlq's tag, 'h:', the host; the same slot).
+    local rkey = string.sub(dlq, 1, #dlq - 3) .. 'h:' .. host
+    local why = redis.call('HGET', rkey, 'down_reason')
+    if why == 'dns' then
+      reason, err = 'dns', 'name does not resolve (DNS_DOWN_AFTER): not queued'
+    end
+  end
   dlq_put(dlq, reasons, url, {url = url, host = host, reason = reason,
     request = member, priority = prio, status = cjson.null, error = err,
     attempts = 0, first_failure = cjson.null})
+  redis.call('RPUSH', dlq .. ':unrecorded', url)
   return 1
 end
 """
 )
 
 # add: store or replace one entry and keep the per-reason counts in step.
-# KEYS[1] dlq HASH, KEYS[2] reasons HASH
-# ARGV[1] URL, ARGV[2] reason (the entry's), ARGV[3] entry JSON
+# KEYS[1] dlq HASH, KEYS[2] reasons HASH, KEYS[3] unrecorded LIST
+# ARGV[1] URL, ARGV[2] reason (the entry's), ARGV[3] entry JSON,
+# ARGV[4] '1' when no page record exists for it (the URL is then listed in
+# KEYS[3], see unrecorded below), else '0'.
 # Returns 1 if the URL was new (see dlq_put).
 ADD_LUA = (
     LUA_DLQ
     + """
-return dlq_put(KEYS[1], KEYS[2], ARGV[1], cjson.decode(ARGV[3]))
+local new = dlq_put(KEYS[1], KEYS[2], ARGV[1], cjson.decode(ARGV[3]))
+if ARGV[4] == '1' then redis.call('RPUSH', KEYS[3], ARGV[1]) end
+return new
 """
 )
+
+# unrecorded: take a page of the dead letters written with no page record in
+# the store (by the scheduler, or by a script: the host-down sweep, the
+# commit's diversion of a down host's URLs), oldest first.
+# KEYS[1] dlq HASH, KEYS[2] unrecorded LIST; ARGV[1] page size
+# Returns {URLs still listed after this page, entry JSON...}: a URL whose
+# entry is gone meanwhile (re-queued, purged) is skipped. A page, not the
+# whole list: a sweep of a big host never builds one giant reply.
+UNRECORDED_LUA = """
+local urls = redis.call('LPOP', KEYS[2], tonumber(ARGV[1]))
+local out = {0}
+if urls then
+  for _, url in ipairs(urls) do
+    local entry = redis.call('HGET', KEYS[1], url)
+    if entry then out[#out + 1] = entry end
+  end
+end
+out[1] = redis.call('LLEN', KEYS[2])
+return out
+"""
 
 # host down: the verdict on a host that has been failing (no response at all)
 # for ``HOST_DOWN_AFTER``, and the sweep of its waiting requests into the
@@ -109,36 +152,39 @@ return dlq_put(KEYS[1], KEYS[2], ARGV[1], cjson.decode(ARGV[3]))
 # (one host's queue and record, and the frontier's ready, delayed and DLQ).
 # KEYS[1] host record HASH, KEYS[2] host queue ZSET, KEYS[3] ready ZSET,
 # KEYS[4] delayed ZSET, KEYS[5] dlq HASH, KEYS[6] reasons HASH
-# ARGV[1] host key, ARGV[2] HOST_DOWN_AFTER ms, ARGV[3] HOST_DOWN_TTL ms,
-# ARGV[4] the error to record
+# ARGV[1] host key, ARGV[2] HOST_DOWN_AFTER (or DNS_DOWN_AFTER) ms,
+# ARGV[3] HOST_DOWN_TTL ms, ARGV[4] the error to record, ARGV[5] the
+# verdict's reason: 'host_down', or 'dns' (a name that does not resolve)
 # When a verdict is in force (``down`` in the future): nothing to do. Else,
 # when the record's ``failing_since`` is at least ARGV[2] ms old: ``down`` =
-# now + ARGV[3], the host parked as long (nothing of it is leased), every
-# request of its queue and of the delayed ZSET dead-lettered as
-# ``host_down`` (the delayed ZSET is read whole: a verdict is rare, and it
-# holds retries only). Returns {requests dead-lettered, the verdict's end
-# in ms (0: none in force), 1 if this call made the verdict else 0}.
+# now + ARGV[3] and ``down_reason`` = ARGV[5] (the commit's dead letters of
+# the host take that reason, see dlq_member), the host parked as long
+# (nothing of it is leased), every request of its queue and of the delayed
+# ZSET dead-lettered with reason ARGV[5] (the delayed ZSET is read whole: a
+# verdict is rare, and it holds retries only). Returns {requests
+# dead-lettered, the verdict's end in ms (0: none in force), 1 if this call
+# made the verdict else 0}.
 HOST_DOWN_LUA = (
     LUA_DLQ
     + LUA_RECORD
     + """
 local hkey, q, ready, delayed, dlq, reasons = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
                                               KEYS[5], KEYS[6]
-local host, err = ARGV[1], ARGV[4]
+local host, err, why = ARGV[1], ARGV[4], ARGV[5]
 local now = now_ms()
 local rec = host_record(hkey)
 if rec.down > now then return {0, rec.down, 0} end
 local since = rec.failing_since
 if since == 0 or now - since < tonumber(ARGV[2]) then return {0, 0, 0} end
 local down = now + tonumber(ARGV[3])
-redis.call('HSET', hkey, 'down', down)
+redis.call('HSET', hkey, 'down', down, 'down_reason', why)
 park_until(hkey, rec, down)
 local n = 0
 local queued = redis.call('ZRANGE', q, 0, -1, 'WITHSCORES')
 for i = 1, #queued, 2 do
   -- The frontier's score: (32768 - priority) * 2^36 + seq.
   local prio = 32768 - math.floor(tonumber(queued[i + 1]) / 68719476736)
-  n = n + dlq_member(dlq, reasons, host, prio, queued[i], 'host_down', err)
+  n = n + dlq_member(dlq, reasons, host, prio, queued[i], why, err)
 end
 redis.call('DEL', q)
 redis.call('ZREM', ready, host)
@@ -148,7 +194,7 @@ for _, entry in ipairs(redis.call('ZRANGE', delayed, 0, -1)) do
     local prio, member = string.match(entry, '^[^\\n]+\\n([^\\n]*)\\n(.*)$')
     if member then
       n = n + dlq_member(dlq, reasons, host, tonumber(prio) or 0, member,
-                         'host_down', err)
+                         why, err)
     end
     redis.call('ZREM', delayed, entry)
   end
@@ -193,9 +239,16 @@ class DeadLetter:
     error: str | None = None
     attempts: int = 1
     first_failure: float | None = None
+    last_failure: float | None = None  # set when written (Redis's clock)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, separators=(",", ":"))
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> DeadLetter:
+        """The letter of a stored entry (unknown fields ignored)."""
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in entry.items() if k in names})
 
 
 def dead_letter(
@@ -263,24 +316,52 @@ class DeadLetters:
     def _keys(self, hostkey: str) -> FrontierKeys:
         return self.parts[host_partition(hostkey, self.partitions)]
 
-    async def add(self, letters: Iterable[DeadLetter]) -> int:
-        """Store ``letters``; return how many URLs were new to the queue."""
+    async def add(self, letters: Iterable[DeadLetter], *, recorded: bool = True) -> int:
+        """Store ``letters``; return how many URLs were new to the queue.
+        ``recorded=False``: no page record exists for them (the spider's
+        errback makes one for its own): they are listed for
+        :meth:`unrecorded`."""
         new = 0
         for letter in letters:
             k = self._keys(letter.host)
             new += int(
                 await script(self.client, ADD_LUA)(
-                    keys=[k.dlq, k.dlq_reasons],
-                    args=[letter.url, letter.reason, letter.to_json()],
+                    keys=[k.dlq, k.dlq_reasons, k.dlq_unrecorded],
+                    args=[
+                        letter.url,
+                        letter.reason,
+                        letter.to_json(),
+                        "0" if recorded else "1",
+                    ],
                 )
             )
         return new
 
+    async def unrecorded(self, page: int) -> tuple[list[DeadLetter], int]:
+        """Up to ``page`` dead letters per partition that have no page
+        record yet (:data:`UNRECORDED_LUA`), taken off the list, and how
+        many are still listed after them."""
+        letters: list[DeadLetter] = []
+        left = 0
+        for k in self.parts:
+            reply = await script(self.client, UNRECORDED_LUA)(
+                keys=[k.dlq, k.dlq_unrecorded], args=[page]
+            )
+            left += int(reply[0])
+            letters += [DeadLetter.from_entry(json.loads(e)) for e in reply[1:]]
+        return letters, left
+
     async def host_down(
-        self, hostkey: str, after_ms: int, ttl_ms: int, error: str
+        self,
+        hostkey: str,
+        after_ms: int,
+        ttl_ms: int,
+        error: str,
+        reason: str = "host_down",
     ) -> tuple[int, int, bool]:
         """Judge ``hostkey`` down if it has been failing for ``after_ms``,
-        and then dead-letter its waiting requests (:data:`HOST_DOWN_LUA`):
+        and then dead-letter its waiting requests with ``reason``
+        (``host_down``, or ``dns``: see :data:`HOST_DOWN_LUA`):
         ``(requests dead-lettered, end of the verdict in force in epoch ms
         of the Redis clock or 0 when none, whether this call made it)``."""
         k = self._keys(hostkey)
@@ -293,7 +374,7 @@ class DeadLetters:
                 k.dlq,
                 k.dlq_reasons,
             ],
-            args=[hostkey, int(after_ms), int(ttl_ms), error[:500]],
+            args=[hostkey, int(after_ms), int(ttl_ms), error[:500], reason],
         )
         return int(n), int(down), bool(made)
 

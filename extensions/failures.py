@@ -388,14 +388,17 @@ class FailurePolicyMiddleware:
         self, request: Request, exception: Exception
     ) -> Request | None:
         reason = classify_exception(exception)
-        if reason is not None and request.meta.get(HOST_DOWN_META):
-            reason = "host_down"  # set by the back-off middleware (560)
+        verdict = request.meta.get(HOST_DOWN_META)
+        if reason is not None and verdict:
+            # Set by the back-off middleware (560): the host is judged down
+            # (True) or its name unresolvable ("dns"): given up at once.
+            reason = verdict if isinstance(verdict, str) else "host_down"
         if reason is None or request.meta.get("dont_retry"):
             # dont_retry (robots.txt fetches, a spider's own choice): no
             # policy; the errback still classifies a final failure.
             return None
         error = f"{type(exception).__name__}: {exception}"[:500]
-        return self._decide(request, reason, None, error, None)
+        return self._decide(request, reason, None, error, None, final=bool(verdict))
 
     def _decide(
         self,
@@ -404,12 +407,17 @@ class FailurePolicyMiddleware:
         status: int | None,
         error: str,
         retry_after: float | None,
+        *,
+        final: bool = False,
     ) -> Request | None:
+        """``final``: given up whatever the policy (a host verdict)."""
         stats = self.crawler.stats
         assert stats is not None
         now = time.time()
         record = request.meta.get(FAILURE_META) or {}
         decision = self.policy.decide(reason, record, now, retry_after)
+        if final:
+            decision = Decision(reason, False, 0.0, decision.attempts, decision.waited)
         request.meta[FAILURE_META] = failure_record(
             request, decision, now, status, error
         )

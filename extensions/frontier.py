@@ -106,10 +106,62 @@ local function schedule_host(ready, hkey, host, now)
   local rec = host_record(hkey, on_key)
   redis.call('ZADD', ready, math.max(rec.next, rec.park, now), host)
 end
-local function queue_request(qprefix, host, prio, member, seq)
+local function score_of(prio, seq)
   local s = redis.call('INCR', seq) % 68719476736
-  local score = (32768 - prio) * 68719476736 + s
-  return on_key('ZADD', qprefix .. host, 'NX', score, member)
+  return (32768 - prio) * 68719476736 + s
+end
+local function queue_request(qprefix, host, prio, member, seq)
+  return on_key('ZADD', qprefix .. host, 'NX', score_of(prio, seq), member)
+end
+-- The frontier spill (extensions.spill). A script that caps queues sets
+-- `spill` = {cap = most queued per host, low = refill below this length,
+-- refill = the refill SET, out = {}}; nil: no cap. A host over its cap, or
+-- with requests already spilled, refuses a new request: it is appended to
+-- spill.out as (host, score, member, priority) for the worker to write to
+-- the spill store, and counted in the host record (`spilled`, `spilling`).
+-- Every queued request of a host scores below every spilled one: a new
+-- request that scores below the queue's last takes that one's place, and
+-- the last is spilled instead. Returns nil when the host takes the request
+-- as usual, else 1 (refused and spilled) or 0 (already queued).
+local spill = nil
+local function spill_request(qprefix, hprefix, host, prio, member, seq)
+  local q, hkey = qprefix .. host, hprefix .. host
+  local len = on_key('ZCARD', q)
+  local spilled = tonumber(redis.call('HGET', hkey, 'spilled')) or 0
+  if len < spill.cap and spilled <= 0 then return nil end
+  if redis.call('ZSCORE', q, member) then return 0 end
+  local score = score_of(prio, seq)
+  local tail = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
+  if #tail > 0 and score < tonumber(tail[2]) then
+    redis.call('ZREM', q, tail[1])
+    redis.call('ZADD', q, score, member)
+    member, score = tail[1], tonumber(tail[2])
+    prio = 32768 - math.floor(score / 68719476736)
+  end
+  local out = spill.out
+  out[#out + 1] = host
+  out[#out + 1] = string.format('%.0f', score)
+  out[#out + 1] = member
+  out[#out + 1] = prio
+  redis.call('HINCRBY', hkey, 'spilled', 1)
+  redis.call('HINCRBY', hkey, 'spilling', 1)
+  local low = tonumber(redis.call('HGET', hkey, 'spill_low'))
+  if not low or score < low then
+    redis.call('HSET', hkey, 'spill_low', string.format('%.0f', score))
+  end
+  if len < spill.low then redis.call('SADD', spill.refill, host) end
+  return 1
+end
+-- Put back a spilled request a dead worker never confirmed written (its
+-- write-ahead entry kept it), with its original score.
+local function unspill(qprefix, hprefix, host, score, member, now, ready)
+  local hkey = hprefix .. host
+  for _, f in ipairs({'spilled', 'spilling'}) do
+    if redis.call('HINCRBY', hkey, f, -1) < 0 then redis.call('HSET', hkey, f, 0) end
+  end
+  local n = on_key('ZADD', qprefix .. host, 'NX', score, member)
+  schedule_host(ready, hkey, host, now)
+  return n
 end
 -- End lease `id` and put its request back in its host's queue with its
 -- original score (an expired lease, or one handed back). Returns 1 when a
@@ -136,6 +188,10 @@ local function queue_or_delay(delayed, ready, qprefix, hprefix, host, prio, memb
   if delay > 0 then
     redis.call('ZADD', delayed, now + delay, host .. '\\n' .. prio .. '\\n' .. member)
     return 1
+  end
+  if spill then
+    local refused = spill_request(qprefix, hprefix, host, prio, member, seq)
+    if refused then return refused end
   end
   local n = queue_request(qprefix, host, prio, member, seq)
   schedule_host(ready, hprefix .. host, host, now)
@@ -168,12 +224,21 @@ end
 # KEYS[1] ready ZSET, KEYS[2] seq counter, KEYS[3] leases ZSET,
 # KEYS[4] lease data HASH, KEYS[5] the worker's write-ahead HASH,
 # KEYS[6] poison LIST, KEYS[7] delayed ZSET, KEYS[8] dlq HASH,
-# KEYS[9] dlq reasons HASH
+# KEYS[9] dlq reasons HASH, KEYS[10] refill SET
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix,
 # ARGV[3] number of requests n, ARGV[4] write-ahead entry id ('' for none),
+# ARGV[5] most requests queued per host (0: no cap, nothing spilled),
+# ARGV[6] refill a host whose queue is shorter than this,
 # then n quadruples (host, priority, member, delay ms: 0 = queue now, else
 # wait in the delayed ZSET), then the lease ids to acknowledge.
-# Returns {requests added, leases acknowledged, requests dead-lettered}.
+# Requests refused by the cap are returned for the spill store; the
+# write-ahead entry then stays, holding them (with their scores) until the
+# worker confirms them written (SPILLED_LUA), so a worker that dies first
+# loses none: recovery queues them again. A down host's requests go to the
+# DLQ, never to the spill.
+# Returns {requests added or spilled, leases acknowledged,
+#          requests dead-lettered,
+#          then (host, score, member, priority) per refused request}.
 COMMIT_LUA = (
     _LUA_SCHEDULE_HOST
     + LUA_DLQ
@@ -184,11 +249,15 @@ local qprefix, hprefix = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[3])
 local now = now_ms()
 local added, dead = 0, 0
+if tonumber(ARGV[5]) > 0 then
+  spill = {cap = tonumber(ARGV[5]), low = tonumber(ARGV[6]), refill = KEYS[10],
+           out = {}}
+end
 for i = 0, n - 1 do
-  local host = ARGV[5 + i * 4]
-  local prio = tonumber(ARGV[6 + i * 4])
-  local member = ARGV[7 + i * 4]
-  local delay = tonumber(ARGV[8 + i * 4])
+  local host = ARGV[7 + i * 4]
+  local prio = tonumber(ARGV[8 + i * 4])
+  local member = ARGV[9 + i * 4]
+  local delay = tonumber(ARGV[10 + i * 4])
   local down = tonumber(on_key('HGET', hprefix .. host, 'down') or '0') or 0
   if down > now then
     dead = dead + dlq_member(KEYS[8], KEYS[9], host, prio, member, 'host_down',
@@ -199,19 +268,35 @@ for i = 0, n - 1 do
   end
 end
 local acked = 0
-for i = 5 + n * 4, #ARGV do
+for i = 7 + n * 4, #ARGV do
   acked = acked + redis.call('ZREM', leases, ARGV[i])
   redis.call('HDEL', ldata, ARGV[i])
 end
-if ARGV[4] ~= '' then redis.call('HDEL', KEYS[5], ARGV[4]) end
-return {added, acked, dead}
+local res = {added, acked, dead}
+local out = spill and spill.out or {}
+if ARGV[4] ~= '' then
+  if #out > 0 then
+    local kept = {}
+    for i = 1, #out, 4 do
+      kept[#kept + 1] = {out[i], out[i + 3], out[i + 2], out[i + 1]}
+    end
+    redis.call('HSET', KEYS[5], ARGV[4], cjson.encode(kept))
+  else
+    redis.call('HDEL', KEYS[5], ARGV[4])
+  end
+end
+for _, v in ipairs(out) do res[#res + 1] = v end
+return res
 """
 )
 
 # recover: requeue the write-ahead batches of workers that stopped beating
 # (killed between marking a batch seen in the dupefilter and queueing it).
 # Every request of such a batch is queued (ZADD NX): whether the dupefilter
-# called it new is unknown, and a re-crawl beats a lost URL. A batch that is
+# called it new is unknown, and a re-crawl beats a lost URL. A request with
+# a score (a fourth element: refused by the spill cap, maybe never written
+# to the spill store) goes back to its queue with that score, uncounted
+# from its host's spill counters. A batch that is
 # not JSON, or holds requests not shaped [host, priority, member], goes to
 # the poison list (its well-formed requests are still queued).
 # The leases of such workers go back to their queues at once, rather than
@@ -260,9 +345,14 @@ for _, worker in ipairs(dead) do
         if type(r) == 'table' and type(r[1]) == 'string' and r[1] ~= ''
             and type(r[2]) == 'number' and r[2] == r[2]
             and type(r[3]) == 'string' then
-          local prio = math.max(-32768, math.min(32767, math.floor(r[2])))
-          n = n + queue_request(qprefix, r[1], prio, r[3], seq)
-          schedule_host(ready, hprefix .. r[1], r[1], now)
+          local score = type(r[4]) == 'string' and tonumber(r[4])
+          if score then
+            n = n + unspill(qprefix, hprefix, r[1], score, r[3], now, ready)
+          else
+            local prio = math.max(-32768, math.min(32767, math.floor(r[2])))
+            n = n + queue_request(qprefix, r[1], prio, r[3], seq)
+            schedule_host(ready, hprefix .. r[1], r[1], now)
+          end
         else
           bad = bad + 1
         end
@@ -284,11 +374,13 @@ return {n, poisoned, reclaimed}
 # KEYS[1] ready ZSET, KEYS[2] leases ZSET, KEYS[3] lease data HASH,
 # KEYS[4] seq counter, KEYS[5] poison LIST, KEYS[6] pause flag STRING (exists:
 # the fleet is paused, nothing is leased; expired leases are still reclaimed),
-# KEYS[7] delayed ZSET
+# KEYS[7] delayed ZSET, KEYS[8] refill SET
 # ARGV[1] queue key prefix, ARGV[2] host record key prefix, ARGV[3] count,
 # ARGV[4] lease time ms, ARGV[5] worker id, ARGV[6] default delay ms,
 # ARGV[7] most expired leases to reclaim in this call, ARGV[8] back-off quiet
-# period ms (a back-off raised longer ago than that is forgiven)
+# period ms (a back-off raised longer ago than that is forgiven),
+# ARGV[9] refill a host with spilled requests whose queue is shorter than
+# this (0: no spill): it joins the refill SET
 # Due entries of the delayed ZSET are moved into their queues first.
 # Returns {reclaimed, ms until the next host or delayed retry is ready
 #          (-1: none queued),
@@ -303,6 +395,7 @@ local qprefix, hprefix = ARGV[1], ARGV[2]
 local count, lease_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
 local worker, default_delay = ARGV[5], tonumber(ARGV[6])
 local quiet = tonumber(ARGV[8])
+local refill_below = tonumber(ARGV[9] or '0') or 0
 local now = now_ms()
 
 local reclaimed = 0
@@ -335,7 +428,12 @@ while #out < count * 2 and guard > 0 do
     else
       local nxt = now + spacing(rec, default_delay, now, quiet)
       redis.call('HSET', hkey, 'next', nxt)
-      if redis.call('ZCARD', q) > 0 then
+      local left = redis.call('ZCARD', q)
+      if left < refill_below
+          and (tonumber(redis.call('HGET', hkey, 'spilled')) or 0) > 0 then
+        redis.call('SADD', KEYS[8], host)
+      end
+      if left > 0 then
         redis.call('ZADD', ready, nxt, host)
       else
         redis.call('ZREM', ready, host)
@@ -395,6 +493,9 @@ class Worker:
     default_delay_ms: int = 0  # the spacing of a host with no delay (DOWNLOAD_DELAY)
     # A back-off raised longer ago than this is forgiven (BACKOFF_QUIET_PERIOD).
     backoff_quiet_ms: int = 1_800_000
+    # A host with spilled requests is refilled once its queue is shorter
+    # (FRONTIER_SPILL_BATCH; 0: no spill store).
+    refill_below: int = 0
 
 
 @dataclass
@@ -428,6 +529,17 @@ class FrontierOverview:
     # (``<worker>:<n>``) and seconds until it may be reclaimed.
     next_lease_expiry: tuple[str, float] | None = None
     top_hosts: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Spilled:
+    """A request the commit script refused (its host was over the cap): it
+    goes to the spill store with its score (:mod:`extensions.spill`)."""
+
+    host: str
+    score: int
+    member: bytes
+    priority: int
 
 
 @dataclass
@@ -504,13 +616,36 @@ class Frontier:
         Returns (requests added, leases acknowledged). A request identical to
         one already queued for its host is not added twice.
         """
+        added, acked, _ = await self.commit_capped(requests, acks, wal)
+        return added, acked
+
+    async def commit_capped(
+        self,
+        requests: Sequence[QueuedRequest] = (),
+        acks: Iterable[str] = (),
+        wal: tuple[str, str] | None = None,
+        cap: int = 0,
+        refill_below: int = 0,
+    ) -> tuple[int, int, list[Spilled]]:
+        """:meth:`commit`, where a host may queue at most ``cap`` requests
+        (0: no cap): it returns the requests refused, for the spill store
+        (:mod:`extensions.spill`). While any are refused, the write-ahead
+        entry ``wal`` stays, holding them, until :meth:`spilled` confirms
+        them written."""
         worker, entry = wal or ("", "")
         k = self.keys
-        args: list[Any] = [k.queue_prefix, k.host_prefix, len(requests), entry]
+        args: list[Any] = [
+            k.queue_prefix,
+            k.host_prefix,
+            len(requests),
+            entry,
+            cap,
+            refill_below,
+        ]
         for r in requests:
             args += [r.host, clamp_priority(r.priority), r.member, max(0, r.delay_ms)]
         args += list(acks)
-        added, acked, _dead = await script(self.client, COMMIT_LUA)(
+        res: list[Any] = await script(self.client, COMMIT_LUA)(
             keys=[
                 k.ready,
                 k.seq,
@@ -521,12 +656,17 @@ class Frontier:
                 k.delayed,
                 k.dlq,
                 k.dlq_reasons,
+                k.refill,
             ],
             args=args,
         )
-        # Requests of a host judged down went to the DLQ (its per-reason
-        # counts say how many).
-        return int(added), int(acked)
+        # Requests of a host judged down went to the DLQ (res[2]; its
+        # per-reason counts say how many), never to the spill.
+        refused = [
+            Spilled(res[i].decode(), int(res[i + 1]), res[i + 2], int(res[i + 3]))
+            for i in range(3, len(res), 4)
+        ]
+        return int(res[0]), int(res[1]), refused
 
     async def log_ahead(
         self, worker: str, entry: str, requests: Sequence[QueuedRequest]
@@ -586,6 +726,7 @@ class Frontier:
                 k.poison,
                 k.paused,
                 k.delayed,
+                k.refill,
             ],
             args=[
                 k.queue_prefix,
@@ -596,6 +737,7 @@ class Frontier:
                 w.default_delay_ms,
                 reclaim,
                 w.backoff_quiet_ms,
+                w.refill_below,
             ],
         )
         items: list[bytes] = list(res[6:])
@@ -934,40 +1076,68 @@ class PartitionedFrontier:
         wal: tuple[str, str] | None = None,
     ) -> tuple[int, int]:
         """:meth:`Frontier.commit` over the partitions (see the class)."""
+        added, acked, _ = await self.commit_capped(requests, acks, wal)
+        return added, acked
+
+    async def commit_capped(
+        self,
+        requests: Sequence[QueuedRequest] = (),
+        acks: Iterable[str] = (),
+        wal: tuple[str, str] | None = None,
+        cap: int = 0,
+        refill_below: int = 0,
+    ) -> tuple[int, int, list[Spilled]]:
+        """:meth:`Frontier.commit_capped` over the partitions (see the
+        class): each partition caps its own hosts; the requests refused in
+        every partition, together. Each partition holding refused requests
+        keeps its part of the write-ahead entry ``wal`` until the spill
+        confirms them there (:mod:`extensions.spill`)."""
         queued, acked = self._requests(requests), self._by_partition(acks)
         logged = self._logged.get(wal[1], set()) if wal else set()
         touched = set(queued) | set(acked) | logged
+
+        async def part(
+            p: int,
+            rs: Sequence[QueuedRequest] = (),
+            ids: Iterable[str] = (),
+            entry: tuple[str, str] | None = None,
+        ) -> tuple[int, int, list[Spilled]]:
+            return await self.part(p).commit_capped(rs, ids, entry, cap, refill_below)
+
         if len(touched) <= 1:
             p = touched.pop() if touched else 0
-            res = await self.part(p).commit(queued.get(p, ()), acked.get(p, ()), wal)
+            parts = [await part(p, queued.get(p, ()), acked.get(p, ()), wal)]
+            added, done = parts[0][0], parts[0][1]
         elif wal or not queued or not acked:
             # Every partition's part at once: a child whose partition fails
             # to commit after its parent's lease ended there is still in its
             # write-ahead entry, which recovery queues (never lost).
-            parts = await asyncio.gather(
-                *(
-                    self.part(p).commit(queued.get(p, ()), acked.get(p, ()), wal)
-                    for p in sorted(touched)
+            parts = list(
+                await asyncio.gather(
+                    *(
+                        part(p, queued.get(p, ()), acked.get(p, ()), wal)
+                        for p in sorted(touched)
+                    )
                 )
             )
-            res = (sum(a for a, _ in parts), sum(b for _, b in parts))
+            added, done = sum(r[0] for r in parts), sum(r[1] for r in parts)
         else:
             # Children not written ahead: queue them first, then end the
             # parents' leases (at least once, never lost).
-            firsts = await asyncio.gather(
-                *(self.part(p).commit(rs) for p, rs in sorted(queued.items()))
+            parts = list(
+                await asyncio.gather(*(part(p, rs) for p, rs in sorted(queued.items())))
             )
             seconds = await asyncio.gather(
-                *(self.part(p).commit((), ids) for p, ids in sorted(acked.items()))
+                *(part(p, (), ids) for p, ids in sorted(acked.items()))
             )
-            res = (sum(a for a, _ in firsts), sum(b for _, b in seconds))
+            added, done = sum(r[0] for r in parts), sum(r[1] for r in seconds)
         if wal:
             self._logged.pop(wal[1], None)
         for p in queued:
             # Work arrived there: ask that partition again at the next lease.
             self._skip_until[p] = 0.0
             self._due_at[p] = 0.0
-        return res
+        return added, done, [s for r in parts for s in r[2]]
 
     async def log_ahead(
         self, worker: str, entry: str, requests: Sequence[QueuedRequest]

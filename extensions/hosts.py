@@ -35,6 +35,23 @@ ms of the Redis clock, durations ms):
     :data:`extensions.dlq.HOST_DOWN_LUA`): its requests go to the
     dead-letter queue as ``host_down`` instead of its queue (the frontier's
     commit); cleared by a response.
+``down_reason``
+    Why ``down`` was set, the one field that is not a number: ``host_down``,
+    or ``dns`` when the host's name has not resolved for ``DNS_DOWN_AFTER``
+    (its requests are then dead-lettered as ``dns``); cleared with ``down``.
+``spilled``
+    Requests of the host in the spill store (``FRONTIER_SPILL_STORE``), and
+    on their way there: raised by the frontier's commit script for each
+    request it refuses, lowered by the refill script of
+    :mod:`extensions.spill` as it moves them back (and by recovery).
+``spilling``
+    Of those, the ones a worker has not yet confirmed written to the spill
+    store: a refill starts only when it is 0 (all spilled so far are in the
+    store it reads).
+``spill_low``
+    The lowest score spilled since a refill started (cleared when one
+    starts): that refill moves back only requests scored below it, so it
+    never moves a later request ahead of an earlier one still on its way.
 
 The effective spacing of a host is max(``delay`` or the default, ``backoff``
 unless forgiven): the ``spacing`` helper of :data:`LUA_RECORD`, used by the
@@ -191,6 +208,10 @@ BREAKER = "breaker"
 FAILING_SINCE = "failing_since"
 DOWN = "down"
 FIELDS = (NEXT, DELAY, BACKOFF, BACKOFF_AT, PARK, FAILS, BREAKER, FAILING_SINCE, DOWN)
+# The spill counters (extensions.spill): not read by host_record.
+SPILLED = "spilled"
+SPILLING = "spilling"
+SPILL_LOW = "spill_low"
 
 # The Lua helpers of every script that reads or writes the host record: the
 # Redis clock, the record as numbers, the spacing rule and the park rule.
@@ -314,7 +335,8 @@ return {fails, now + cool}
 # Returns the number of openings it had (0: it was closed).
 SUCCESS_SCRIPT = """
 local opened = tonumber(redis.call('HGET', KEYS[1], 'breaker') or '0') or 0
-redis.call('HDEL', KEYS[1], 'fails', 'breaker', 'failing_since', 'down')
+redis.call('HDEL', KEYS[1], 'fails', 'breaker', 'failing_since', 'down',
+           'down_reason')
 return opened
 """
 

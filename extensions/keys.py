@@ -19,7 +19,9 @@ partition 0's ``{web}`` slot whatever P is. The dead-letter queue is per
 partition: the frontier's commit and the host-down sweep write a host's dead
 letters in the script that reads its queue and record. A host's download lock
 ``lock:<id>`` lives in its host's partition (the lock script reads the host
-record with it).
+record with it), and so do the spill's ``refill`` SET and refill lock
+``spill:lock:<host>`` (the commit and refill scripts read them with the
+host's queue and record).
 
 ==============================  ======  =========================================
 key                             type    what it holds
@@ -39,8 +41,11 @@ key                             type    what it holds
 ``web:{web}:h:<host>``          HASH    one host's record (ms): ``next``,
                                         ``delay``, ``backoff``, ``backoff_at``,
                                         ``park``, ``fails``, ``breaker``,
-                                        ``failing_since``, ``down``; each
-                                        field is documented by its owner,
+                                        ``failing_since``, ``down``,
+                                        ``down_reason``, and the spill's
+                                        ``spilled``, ``spilling``,
+                                        ``spill_low``; each field is
+                                        documented by its owner,
                                         :mod:`extensions.hosts`
 ``web:{web}:delayed``           ZSET    retries not due yet: host, priority
                                         and request -> due time (ms)
@@ -48,6 +53,9 @@ key                             type    what it holds
                                         (reason, status/error, attempts,
                                         first/last failure, request)
 ``web:{web}:dlq:reasons``       HASH    dead letters per reason class
+``web:{web}:dlq:unrecorded``    LIST    URLs dead-lettered with no page
+                                        record yet (the scheduler hands them
+                                        to the page store)
 ``web:{web}:leases``            ZSET    lease id -> deadline (ms)
 ``web:{web}:lease``             HASH    lease id -> host, score and request
 ``web:{web}:seq``               STRING  arrival counter (FIFO within a priority)
@@ -69,6 +77,11 @@ key                             type    what it holds
                                         last-modified, content hash]
 ``web:{web}:lock:<id>``         STRING  per-host download lock (token, PX);
                                         id: host, registered domain or IP
+``web:{web}:refill``            SET     hosts with spilled requests
+                                        (``FRONTIER_SPILL_STORE``) and a queue
+                                        shorter than ``FRONTIER_SPILL_BATCH``
+``web:{web}:spill:lock:<host>`` STRING  short lock: one refill of a host at
+                                        a time (token, PX)
 ``web:stats:{web:stats}:fleet``  HASH    fleet totals: counter -> value
 ``web:stats:{web:stats}:w:<id>`` HASH   one worker's totals and beat (machine,
                                         pid, pages/s...); expires when silent
@@ -181,6 +194,9 @@ class FrontierKeys:
         self.poison = tagged + "poison"
         self.dlq = tagged + "dlq"
         self.dlq_reasons = tagged + "dlq:reasons"
+        # Named by the Lua helper dlq_member as dlq .. ':unrecorded'.
+        self.dlq_unrecorded = self.dlq + ":unrecorded"
+        self.refill = tagged + "refill"
         # Not per host: the recrawl schedule of every partition lives in
         # partition 0's slot (see the module docstring).
         base = f"{prefix}:{partition_tag(prefix)}:"
@@ -193,6 +209,14 @@ class FrontierKeys:
 
     def host(self, host: str) -> str:
         return self.host_prefix + host
+
+    def spill_lock(self, host: str) -> str:
+        """The refill lock of one host (:mod:`extensions.spill`).
+
+        >>> FrontierKeys("web").spill_lock("http://a.test:80")
+        'web:{web}:spill:lock:http://a.test:80'
+        """
+        return self.tagged + "spill:lock:" + host
 
     def wal(self, worker: str) -> str:
         """A worker's write-ahead batches (entry id -> JSON)."""

@@ -35,9 +35,10 @@ DONT_POLITENESS = "dont_politeness"
 #: robots.txt parks the host through the robots cache instead).
 ROBOTS_FETCH = "robots_fetch"
 
-#: True on a request whose host the back-off middleware found judged down
-#: (``HOST_DOWN_AFTER``) when the request failed: the failure policy gives
-#: it up at once as ``host_down`` instead of retrying it.
+#: Set on a request whose host the back-off middleware found judged down
+#: when the request failed: the failure policy gives it up at once instead
+#: of retrying it, as ``host_down`` (True: ``HOST_DOWN_AFTER``) or with the
+#: verdict's reason (``"dns"``: ``DNS_DOWN_AFTER``).
 HOST_DOWN = "host_down"
 
 #: A revisit's record (a list set by :mod:`extensions.recrawl`: the previous

@@ -5,7 +5,9 @@ Settings read (defaults in :mod:`extensions.defaults`): ``FRONTIER_BATCH_SIZE``,
 ``FRONTIER_HEARTBEAT_INTERVAL``, ``FRONTIER_PRIORITY_FUNCTION``,
 ``SCHEDULER_PERSIST``, ``SCHEDULER_FLUSH_ON_START``, ``REDIS_RETRY_INITIAL``,
 ``REDIS_RETRY_MAX``, ``DOWNLOAD_DELAY``, ``BACKOFF_QUIET_PERIOD``,
-``CONCURRENT_REQUESTS``, ``DUPEFILTER_CLASS``, ``SCHEDULER_DEBUG``.
+``CONCURRENT_REQUESTS``, ``DUPEFILTER_CLASS``, ``SCHEDULER_DEBUG``; the
+frontier spill's (:mod:`extensions.spill`): ``FRONTIER_HOST_QUEUE_MAX``,
+``FRONTIER_MAX_MEMORY``, ``FRONTIER_SPILL_STORE``, ``FRONTIER_SPILL_BATCH``.
 
 How it keeps Scrapy's synchronous contract without blocking the reactor:
 ``enqueue_request`` puts the request in a local outbox and returns ``True``;
@@ -50,6 +52,13 @@ empty. Parked hosts and retries due later do not keep a finite crawl
 (``MAX_IDLE_TIME_BEFORE_CLOSE``) open: they stay in Redis for the next run,
 and the closing log line and the ``frontier/waiting_*`` stats say how many.
 A worker silent for three heartbeats is dead: its leases go back at once.
+
+Dead letters with no page record (those the scheduler writes itself, and
+those the frontier's scripts write: the host-down sweep, the commit's
+diversion of a down host's new URLs) are taken from the dead-letter queue a
+page of :data:`RECORD_PAGE` at a time, at each heartbeat and at once while
+more wait, and sent with :data:`extensions.signals.dead_letters_unrecorded`,
+so the page store records them as it records the spider's final failures.
 """
 
 from __future__ import annotations
@@ -82,7 +91,7 @@ from extensions.connection import (
 )
 from extensions.dlq import DeadLetter, DeadLetters, dead_letter
 from extensions.failures import DELAY_META
-from extensions.frontier import PartitionedFrontier, QueuedRequest, Worker
+from extensions.frontier import PartitionedFrontier, QueuedRequest, Spilled, Worker
 from extensions.hosts import host_key
 from extensions.scoring import LocalHostCounts
 from extensions.scripts import server_now_ms
@@ -92,7 +101,13 @@ from extensions.serialization import (
     request_from_bytes,
     request_to_bytes,
 )
-from extensions.signals import items_stored, request_dead, seeds_settled
+from extensions.signals import (
+    dead_letters_unrecorded,
+    items_stored,
+    request_dead,
+    seeds_settled,
+)
+from extensions.spill import FrontierSpill
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -112,6 +127,9 @@ IDLE_POLL = 0.5
 # A worker whose heartbeat is this many intervals old is dead: its leases
 # and write-ahead batches go back to the frontier.
 DEAD_AFTER_HEARTBEATS = 3
+# Dead letters without a page record handed to the store per partition and
+# round: bounded replies, whatever the size of a host-down sweep.
+RECORD_PAGE = 200
 
 
 async def _maybe_await(result: Any) -> Any:
@@ -135,6 +153,9 @@ class Stage(Enum):
     UNCERTAIN = "uncertain"
     #: Filtered by the dupefilter: ``queued`` holds what to commit.
     DEDUPED = "deduped"
+    #: Committed; ``refused`` holds what the cap refused, to write to the
+    #: spill store (kept in the write-ahead entry until then).
+    COMMITTED = "committed"
 
 
 @dataclass
@@ -146,8 +167,9 @@ class _Batch:
     entry: str
     stage: Stage = Stage.NEW
     queued: list[QueuedRequest] = field(default_factory=list)
+    refused: list[Spilled] = field(default_factory=list)
     #: Seed-list entries of the batch's seeds (``meta.SEED_TAKEN``): settled
-    #: once the batch is committed.
+    #: once the batch is committed and its refused part spilled.
     seeds: list[str] = field(default_factory=list)
 
 
@@ -195,6 +217,7 @@ class RedisScheduler(BaseScheduler):
         path = s.get("FRONTIER_PRIORITY_FUNCTION")
         self.score: Callable[..., int] | None = load_object(path) if path else None
         self.host_counts = LocalHostCounts()
+        self.spill = FrontierSpill(crawler)
         self.dupefilter = build_from_crawler(
             load_object(s["DUPEFILTER_CLASS"]), crawler
         )
@@ -209,6 +232,8 @@ class RedisScheduler(BaseScheduler):
         self.frontier: PartitionedFrontier | None = None
         self.dlq: DeadLetters | None = None
         self._dead: list[DeadLetter] = []
+        self._dead_unrecorded: list[DeadLetter] = []  # written here, no page
+        self._records_left = 0  # unrecorded dead letters still listed
         # Redirects announced in request_scheduled, not yet enqueued: a
         # component that refuses one there never calls enqueue_request.
         self._announced: dict[int, Request] = {}
@@ -223,6 +248,7 @@ class RedisScheduler(BaseScheduler):
         self.paused = False  # the fleet is paused (scrapy pause): lease nothing
         self._next_poll = 0.0
         self._next_heartbeat = 0.0
+        self._next_records = 0.0
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -261,7 +287,13 @@ class RedisScheduler(BaseScheduler):
                 int(self.lease_timeout * 1000),
                 self.default_delay_ms,
                 self.backoff_quiet_ms,
+                self.spill.refill_below,
             ),
+        )
+        # Each partition caps and refills its own hosts.
+        frontier = self.frontier
+        self.spill.open(
+            frontier.parts, lambda host: frontier.part(frontier.partition_of(host))
         )
         self.dlq = DeadLetters(self.client, spider.name, self.partitions)
         sig = self.crawler.signals
@@ -307,6 +339,9 @@ class RedisScheduler(BaseScheduler):
             logger.info("Handed back %s unstarted leases", returned)
         await self._retrying(self._sync_out, limit=5)
         await self._retrying(self._report_waiting, limit=2)
+        # A store error is logged (and counted) like a failed step, never
+        # stops the close.
+        await self._stage("spill", self._report_spilled)
         if self._pending is None:
             # Nothing written ahead is left: no one needs to recover us.
             await self._retrying(self.frontier.retire, limit=2)
@@ -318,6 +353,7 @@ class RedisScheduler(BaseScheduler):
         await _maybe_await(self.dupefilter.close(reason))
         if not self.persist:
             await self._retrying(self._flush_keys, limit=5)
+        await self.spill.close()
         await self.client.aclose()
 
     def has_pending_requests(self) -> bool:
@@ -328,11 +364,14 @@ class RedisScheduler(BaseScheduler):
             or self._outbox
             or self._acks
             or self._dead
+            or self._dead_unrecorded
+            or self._records_left
             or self._pending
             or self._memory
             or self._held
             or self._remote_ready
             or self._remote_leases
+            or self.spill.pending
         )
 
     def enqueue_request(self, request: Request) -> bool:
@@ -410,6 +449,13 @@ class RedisScheduler(BaseScheduler):
 
     def _on_request_dropped(self, request: Request, **_: Any) -> None:
         self._ack(request.meta.get(meta.FRONTIER_LEASE))
+        seed = request.meta.get(meta.SEED_TAKEN)
+        if seed is not None:
+            # A seed this worker's dupefilter had already answered for (see
+            # enqueue_request): the first copy is written ahead or queued.
+            self.crawler.signals.send_catch_log(
+                seeds_settled, entries=[seed], spider=self.spider
+            )
 
     def _on_request_dead(self, letter: DeadLetter, **_: Any) -> None:
         self._dead.append(letter)
@@ -446,7 +492,9 @@ class RedisScheduler(BaseScheduler):
             return
         letter = self._letter(request, "offsite_redirect", "refused when scheduled")
         if letter is not None:
-            self._on_request_dead(letter)
+            self._dead_unrecorded.append(letter)
+            self.stats.inc_value("dlq/offsite_redirect")
+            self._wakeup.set()
         self._ack(request.meta.get(meta.FRONTIER_LEASE))
 
     def _letter(self, request: Request, reason: str, error: str) -> DeadLetter | None:
@@ -522,7 +570,9 @@ class RedisScheduler(BaseScheduler):
                 # Not in a tight loop: the push failed, or waits for a beat.
                 await self._sleep(self.retry_initial)
             return
-        deadline = self._next_heartbeat
+        if self._records_left and self._beaten:
+            return  # the next page of records at once
+        deadline = min(self._next_heartbeat, self._next_records, self.spill.next_step())
         if len(self._buffer) <= self.buffer_size // 2:
             deadline = min(deadline, self._next_poll)
         await self._sleep(max(0.0, deadline - time.monotonic()))
@@ -544,8 +594,13 @@ class RedisScheduler(BaseScheduler):
             await self._stage("recover", self._recover)
         if self._beaten:
             await self._stage("push", self._sync_out)
+            if self._records_left or now >= self._next_records:
+                self._next_records = now + self.heartbeat
+                await self._stage("records", self._hand_records)
         if len(self._buffer) <= self.buffer_size // 2 and now >= self._next_poll:
             await self._stage("lease", self._refill)
+        if self.spill.enabled:
+            await self._stage("spill", self.spill.step)
 
     async def _stage(self, name: str, func: Callable[[], Awaitable[None]]) -> bool:
         """Run one stage; True when it succeeded. Transient Redis errors
@@ -625,35 +680,69 @@ class RedisScheduler(BaseScheduler):
                 self.stats.inc_value("scheduler/dedup_uncertain", len(p.candidates))
                 p.queued = [q for _, q in p.candidates]
                 p.stage = Stage.DEDUPED
-            await self._flush_dead()
-            wal = (self.worker, p.entry) if p.candidates else None
-            added, acked = await self.frontier.commit(p.queued, p.acks, wal)
+            if p.stage is not Stage.COMMITTED:
+                await self._flush_dead()
+                await self._commit(p)
+            if p.refused:
+                # Kept in the write-ahead entry until written: a failure
+                # here retries the write, never the commit.
+                await self.spill.write(
+                    p.refused, p.entry if p.candidates else "", self.worker
+                )
             self._pending = None
             if p.seeds:
-                # Queued (or filtered as seen): their seed-list entries may go.
+                # Queued, spilled or filtered as seen: their seed-list
+                # entries may go (a live worker would queue them anyway).
                 self.crawler.signals.send_catch_log(
                     seeds_settled, entries=p.seeds, spider=self.spider
                 )
-            if p.queued:
-                self.stats.inc_value("scheduler/enqueued/redis", len(p.queued))
-                self.stats.inc_value("scheduler/enqueued", len(p.queued))
-                # Work appeared: look for it now rather than at the next poll.
-                self._next_poll = 0.0
-            if p.acks:
-                self.stats.inc_value("scheduler/acked", acked)
-            if self.debug:
-                logger.debug(
-                    "Pushed %s (%s new), acked %s", len(p.queued), added, acked
-                )
+
+    async def _commit(self, p: _Batch) -> None:
+        """Commit a deduplicated batch; what the spill cap refused stays in
+        ``p.refused``."""
+        assert self.frontier is not None
+        wal = (self.worker, p.entry) if p.candidates else None
+        added, acked, p.refused = await self.frontier.commit_capped(
+            p.queued, p.acks, wal, self.spill.cap(), self.spill.refill_below
+        )
+        p.stage = Stage.COMMITTED
+        if p.queued:
+            self.stats.inc_value("scheduler/enqueued/redis", len(p.queued))
+            self.stats.inc_value("scheduler/enqueued", len(p.queued))
+            # Work appeared: look for it now rather than at the next poll.
+            self._next_poll = 0.0
+        if p.acks:
+            self.stats.inc_value("scheduler/acked", acked)
+        if self.debug:
+            logger.debug("Pushed %s (%s new), acked %s", len(p.queued), added, acked)
 
     async def _flush_dead(self) -> None:
         """Write the dead letters. Before the acknowledgements: a page's
         lease never ends without its dead letter written."""
+        assert self.dlq is not None
         if self._dead:
-            assert self.dlq is not None
             dead = list(self._dead)
             await self.dlq.add(dead)
             del self._dead[: len(dead)]
+        if self._dead_unrecorded:
+            dead = list(self._dead_unrecorded)
+            await self.dlq.add(dead, recorded=False)
+            del self._dead_unrecorded[: len(dead)]
+            self._records_left += len(dead)
+
+    async def _hand_records(self) -> None:
+        """Send a page of the dead letters that have no page record
+        (:meth:`DeadLetters.unrecorded`) to whoever records failed pages."""
+        assert self.dlq is not None
+        # A failing call leaves nothing "left": tried again at the next beat,
+        # never in a tight loop, and never holding a finite crawl open.
+        self._records_left = 0
+        letters, self._records_left = await self.dlq.unrecorded(RECORD_PAGE)
+        if letters:
+            self.stats.inc_value("dlq/recorded_by_store", len(letters))
+            self.crawler.signals.send_catch_log(
+                dead_letters_unrecorded, letters=letters
+            )
 
     def _redirect_loop(self, request: Request) -> None:
         """A redirect (or meta refresh) back to a URL of its own chain is
@@ -668,7 +757,7 @@ class RedisScheduler(BaseScheduler):
             letter = self._letter(request, "redirect_loop", " -> ".join(chain))
             if letter is not None:
                 letter.error = letter.error and letter.error[:500]
-                self._dead.append(letter)
+                self._dead_unrecorded.append(letter)
                 self.stats.inc_value("dlq/redirect_loop")
 
     def _prepare(
@@ -832,10 +921,20 @@ class RedisScheduler(BaseScheduler):
         else:
             logger.info("Closing with no URL waiting in Redis")
 
+    async def _report_spilled(self) -> None:
+        """Say what waits in the spill store for the next run."""
+        spilled = await self.spill.count()
+        if spilled:
+            self.stats.set_value("frontier/waiting_spilled", spilled)
+            logger.info("%s more URLs wait in the spill store", spilled)
+
     async def _flush_keys(self) -> None:
         assert self.frontier is not None and self.spider is not None
         deleted = await self.frontier.flush()
         logger.info("Flushed %s keys of crawl %r", deleted, self.spider.name)
+        # The spilled requests go with the keys: their counters and scores
+        # (the arrival counter starts again) are gone.
+        await self.spill.clear()
 
     async def _retrying(
         self,

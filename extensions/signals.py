@@ -23,9 +23,22 @@
     their entries: their requests are queued in the frontier (written ahead
     and committed, so a live worker queues them should this one die), or
     were refused before the scheduler (an offsite seed, counted by its
-    refuser). Argument: ``entries``, the :data:`extensions.meta.SEED_TAKEN`
+    refuser); sent once a batch's refused part, if any, is in the spill
+    store. Argument: ``entries``, the :data:`extensions.meta.SEED_TAKEN`
     values of those requests. The scheduler sends it; whoever took the seeds
     removes the entries from its taken list.
+
+``dead_letters_unrecorded``
+    Dead letters written with no page record in the store: by the scheduler
+    (a redirect loop, a redirect refused when scheduled) or by a frontier
+    script (the host-down sweep of a host's queued and delayed requests, the
+    commit's diversion of a down host's new URLs). Argument: ``letters``, a
+    list of :class:`extensions.dlq.DeadLetter` (a page of at most
+    ``DeadLetters.unrecorded``'s size). The scheduler sends it once they are
+    in the dead-letter queue; whoever records failed pages (the storage
+    pipeline) records each, as it does the spider's final failures. Sent
+    once per letter: a worker that dies before its store wrote them leaves
+    the dead letters without their page records.
 
 Why here and not in ``pipelines``: the arrow between the two library packages
 points from ``pipelines`` to ``extensions`` (the pipelines use its Redis
@@ -40,3 +53,5 @@ items_stored = object()
 request_dead = object()
 
 seeds_settled = object()
+
+dead_letters_unrecorded = object()

@@ -5,10 +5,16 @@ It lives with its consumer: the application's spider imports it from here.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from extensions.serialization import CorruptEntry, request_from_bytes
+
 if TYPE_CHECKING:
+    from scrapy.utils.request import RequestFingerprinterProtocol
+
+    from extensions.dlq import DeadLetter
     from pipelines.processing import Extracted
 
 
@@ -60,3 +66,40 @@ class PageItem:
     changefreq: str | None = None
     content_hash: str | None = None
     filtered: str | None = None
+
+
+def dead_letter_item(
+    letter: DeadLetter, fingerprinter: RequestFingerprinterProtocol
+) -> PageItem:
+    """The failed page of a dead letter that has no page record (see
+    :data:`extensions.signals.dead_letters_unrecorded`): the URL as it was
+    first queued, its last status (0: none), ``error`` naming the reason,
+    and the fingerprint of its request, so it takes the place a fetch of it
+    would have taken in the store.
+
+    >>> from scrapy.utils.test import get_crawler
+    >>> from extensions.dlq import DeadLetter
+    >>> fp = get_crawler().request_fingerprinter
+    >>> item = dead_letter_item(DeadLetter("http://a.test/", "http://a.test:80",
+    ...     "host_down", "http://a.test/", error="host down"), fp)
+    >>> item.status, item.error, len(item.fingerprint)
+    (0, 'host_down: host down', 40)
+    """
+    try:
+        request = request_from_bytes(letter.request.encode())
+    except CorruptEntry:
+        from scrapy import Request
+
+        request = Request(letter.url)
+    if request.url != letter.url:
+        request = request.replace(url=letter.url)
+    error = letter.reason if not letter.error else f"{letter.reason}: {letter.error}"
+    return PageItem(
+        url=letter.url,
+        final_url=letter.url,
+        status=letter.status or 0,
+        fingerprint=fingerprinter.fingerprint(request).hex(),
+        depth=int(request.meta.get("depth", 0) or 0),
+        fetched_at=letter.last_failure or time.time(),
+        error=error[:500],
+    )

@@ -26,6 +26,13 @@ the same but logs at ERROR; any other error is a bug and propagates. A store
 that cannot answer the duplicate lookup for a transient reason leaves the
 check to Redis's cache (warning once).
 
+Dead letters written with no page record (by the scheduler or a frontier
+script: a redirect loop, a host judged down...) reach the pipeline through
+:data:`extensions.signals.dead_letters_unrecorded`; each is stored as a
+failed page (:func:`pipelines.items.dead_letter_item`: status 0 or its
+last status, ``error`` naming the reason), like the spider's final failures,
+and counted as ``storage/dead_letters``. Close waits for them.
+
 What the pipeline passes on for a page (to feed exports, ``-o``/``FEEDS``)
 is its exported record (:func:`pipelines.records.page_record`): metadata and
 extracted text, the decoded body only with ``PIPELINE_ITEM_BODY``; never the
@@ -56,7 +63,7 @@ from extensions.connection import TRANSIENT_REDIS_ERRORS
 from pipelines import defaults
 from pipelines.batching import PageBatcher, PreparedPage, prepare_page
 from pipelines.dedup import EXACT, Duplicate, DuplicateIndex
-from pipelines.items import PageItem
+from pipelines.items import PageItem, dead_letter_item
 from pipelines.records import decode_body, page_record
 from pipelines.stores import store_from_settings
 from pipelines.stores.base import NOT_MODIFIED, TransientStoreError
@@ -64,6 +71,7 @@ from pipelines.stores.base import NOT_MODIFIED, TransientStoreError
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from extensions.dlq import DeadLetter
     from pipelines.stores.base import BatchResult
 
 logger = logging.getLogger(__name__)
@@ -105,6 +113,7 @@ class StoragePipeline:
         self._store_lookup_failed = False
         self._dedup_refused = False
         self._closing_task: asyncio.Task[None] | None = None
+        self._recording: set[asyncio.Task[None]] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> StoragePipeline:
@@ -137,6 +146,9 @@ class StoragePipeline:
             on_failed=self._failed,
         )
         await self.batcher.open()
+        self.crawler.signals.connect(
+            self._on_dead_letters, signal=signals.dead_letters_unrecorded
+        )
         logger.info("Storing pages in %r, batches of %d", self.store, self.batch_size)
 
     async def process_item(self, item: Any) -> Any:
@@ -157,9 +169,24 @@ class StoragePipeline:
             body = decode_body(item.body, page.metadata["encoding"])
         return page_record(page.metadata, page.text, body)
 
+    def _on_dead_letters(self, letters: list[DeadLetter]) -> None:
+        """Record dead letters that have no page record yet (a task: the
+        scheduler's round does not wait for the store)."""
+        task = asyncio.ensure_future(self._record(letters))
+        self._recording.add(task)
+        task.add_done_callback(self._recording.discard)
+
+    async def _record(self, letters: list[DeadLetter]) -> None:
+        fingerprinter = self.crawler.request_fingerprinter
+        for letter in letters:
+            await self.process_item(dead_letter_item(letter, fingerprinter))
+            self._inc("storage/dead_letters")
+
     async def close_spider(self) -> None:
         if self.batcher is None:
             return
+        if self._recording:
+            await asyncio.gather(*self._recording)
         unstored = await self.batcher.close()
         if self._paused_engine:
             self._pressure(False)

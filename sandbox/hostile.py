@@ -55,6 +55,9 @@ manylinks      ``/many/links.html``: ``MANY_LINKS`` (100,000) links to
 hostdown       ``/hostdown/links.html`` links ``HOST_DOWN_LINKS`` (40) pages of
                the host that is down (``DOWN_HOST``: refused), for a
                per-host bound on a server that stays down
+dnsdown        ``/dnsdown/links.html`` links ``DNS_DOWN_LINKS`` (40) pages of a
+               host whose name does not resolve (``DNS_DOWN_HOST``), for a
+               per-host bound on a dead name
 unparseable    ``UNPARSEABLE_PATHS``: ``/unparseable/gzip.html`` (``Content-Encoding:
                gzip``, a gzip header over a corrupt deflate stream),
                ``/unparseable/not-gzip.html`` (``gzip`` over plain bytes) and
@@ -120,6 +123,8 @@ RETRY_LATER_SECONDS = 5
 UNRESOLVABLE_HOSTS = ("gone-1.nxdomain.sandbox.test", "gone-2.nxdomain.sandbox.test")
 DOWN_HOST = "down.sandbox.test:1"
 HOST_DOWN_LINKS = 40
+DNS_DOWN_HOST = "dead.nxdomain.sandbox.test:1"
+DNS_DOWN_LINKS = 40
 OFFSITE_URL = "http://elsewhere.example/"
 # The ssrf feature's targets (":{port}" filled in by the server's port).
 PRIVATE_LINK = "http://internal.private.sandbox.test:{port}/"
@@ -184,6 +189,7 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
     "huge": ("/huge.html",),
     "unparseable": tuple(UNPARSEABLE_PATHS),
     "hostdown": ("/hostdown/links.html",),
+    "dnsdown": ("/dnsdown/links.html",),
     "duplicates": DUPLICATE_EXACT + DUPLICATE_NEAR,
     "etag": (),
     "content": (*HOSTILE_LABELS, "/content/files.html"),
@@ -351,10 +357,11 @@ class Hostile:
         if "bomb" in f and path in BOMB_PATHS:
             return self.bomb(BOMB_PATHS[path])
         if "hostdown" in f and path == "/hostdown/links.html":
-            urls = [f"http://{DOWN_HOST}/p/{n}.html" for n in range(HOST_DOWN_LINKS)]
-            links = "".join(f'<a href="{u}">{u}</a>\n' for u in urls)
-            html = _html("A host that is down", links).encode()
-            return Response(200, html, [("Content-Type", HTML)])
+            return _host_pages("A host that is down", DOWN_HOST, HOST_DOWN_LINKS)
+        if "dnsdown" in f and path == "/dnsdown/links.html":
+            return _host_pages(
+                "A host whose name does not resolve", DNS_DOWN_HOST, DNS_DOWN_LINKS
+            )
         if "unparseable" in f and path in UNPARSEABLE_PATHS:
             encoding, body = UNPARSEABLE_PATHS[path]
             headers = [("Content-Type", HTML), ("Content-Encoding", encoding)]
@@ -696,3 +703,12 @@ def near_duplicate(
         last = m.end()
     out.append(html[last:])
     return b"".join(out)
+
+
+def _host_pages(title: str, host: str, n: int) -> Response:
+    """A page linking ``n`` pages of ``host`` (the hostdown and dnsdown
+    corners)."""
+    urls = [f"http://{host}/p/{i}.html" for i in range(n)]
+    links = "".join(f'<a href="{u}">{u}</a>\n' for u in urls)
+    html = _html(title, links).encode()
+    return Response(200, html, [("Content-Type", HTML)])

@@ -64,6 +64,7 @@ FEATURES = frozenset(
         "traps",
         "unparseable",
         "hostdown",
+        "dnsdown",
     }
 )
 # Children per page in the spanning tree that makes every page reachable.

@@ -23,7 +23,9 @@ from demo.cluster import LocalCluster
 from demo.localcrawl import crawl_sandbox
 from extensions import connection
 from extensions.bloom import AsyncBloomFilter, BloomFilter
-from extensions.frontier import Frontier, QueuedRequest, Worker
+from extensions.dlq import DeadLetters
+from extensions.frontier import Frontier, PartitionedFrontier, QueuedRequest, Worker
+from extensions.hosts import host_partition
 from extensions.keys import FrontierKeys, seed_takers, start_urls
 from extensions.seeds import SeedList
 from sandbox.site import SiteSpec
@@ -331,3 +333,83 @@ def test_bloom_filter_on_a_cluster_both_clients(cluster: LocalCluster) -> None:
             await client.aclose()
 
     assert asyncio.run(run()) == [True] * 25 + [False] * 25
+
+
+def test_host_verdicts_and_unrecorded_dead_letters_on_a_cluster(
+    cluster: LocalCluster,
+) -> None:
+    """The dead-letter helpers reach the keys named beside the ones a script
+    declares (``<dlq>:unrecorded``, the host record's ``down_reason``): the
+    same hash tag, so the same slot, on every partition."""
+    settings = Settings({"REDIS_URL": cluster.url, "REDIS_CLUSTER": True})
+    host = "http://gone.test:80"
+    part = host_partition(host, PARTITIONS)
+
+    async def run() -> tuple[int, list[str], list[str]]:
+        client = connection.new_async_client(settings)
+        try:
+            frontier = PartitionedFrontier(client, "web", PARTITIONS)
+            await frontier.commit([QueuedRequest(host, 0, b"http://gone.test/a")])
+            k = FrontierKeys("web", part, PARTITIONS)
+            await client.hset(k.host(host), "failing_since", 1)
+            dlq = DeadLetters(client, "web", PARTITIONS)
+            swept, _down, _made = await dlq.host_down(host, 1, 60_000, "x", "dns")
+            await frontier.commit([QueuedRequest(host, 0, b"http://gone.test/b")])
+            letters, _left = await dlq.unrecorded(10)
+            return swept, sorted(x.url for x in letters), [x.reason for x in letters]
+        finally:
+            await client.aclose()
+
+    swept, urls, reasons = asyncio.run(run())
+    assert swept == 1
+    assert urls == ["http://gone.test/a", "http://gone.test/b"]
+    assert reasons == ["dns", "dns"]
+
+
+def test_the_spill_judges_memory_by_the_fullest_master(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """FRONTIER_MAX_MEMORY on a cluster: a plain ``INFO`` goes to the
+    client's default node only, so a full master elsewhere (holding some
+    partitions' queues) went unseen; the spill samples every master."""
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from extensions.connection import info_per_master
+    from extensions.spill import FrontierSpill
+
+    async def body() -> None:
+        settings = Settings({"REDIS_URL": cluster.url, "REDIS_CLUSTER": True})
+        client = connection.new_async_client(settings)
+        assert isinstance(client, AsyncRedisCluster)
+        await client.initialize()
+        default = client.get_default_node()
+        key = next(
+            k
+            for k in (f"ballast:{i}" for i in range(1000))
+            if client.get_node_from_key(k) != default
+        )
+        await client.set(key, b"x" * 8_000_000)
+        # The other masters (the default node among them) hold about nothing.
+        used = [int(i["used_memory"]) for i in await info_per_master(client, "memory")]
+        assert sorted(used)[1] < min(used) + 2_000_000
+        crawler = get_crawler(
+            Spider,
+            {
+                "FRONTIER_HOST_QUEUE_MAX": 0,
+                "FRONTIER_MAX_MEMORY": min(used) + 4_000_000,
+                "FRONTIER_SPILL_STORE": "pipelines.stores.spill.PageStoreSpill",
+                "SQLITE_PATH": str(tmp_path / "pages.sqlite3"),
+            },
+        )
+        spill = FrontierSpill(crawler)
+        spill.open([Frontier(client, "web")])
+        try:
+            await spill.sample()
+            assert spill.over_memory
+            assert spill.cap() == spill.batch
+        finally:
+            await spill.close()
+            await client.aclose()
+
+    asyncio.run(body())

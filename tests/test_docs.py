@@ -85,6 +85,8 @@ def test_every_key_of_the_readme_key_table_is_named_in_keys() -> None:
         f.queue("H"), f.ready, f.host("H"), f.leases, f.lease_data, f.seq,
         f.workers, f.wal("W"), f.paused, f.poison, f.poison + ":K",
         f.recrawl, f.recrawl_data, f.delayed, f.dlq, f.dlq_reasons, f.partitions,
+        f.dlq_unrecorded,
+        f.refill, f.spill_lock("H"),
         keys.host_lock("web", "H"), keys.robots("web", "H"),
         keys.robots_fetch_lock("web", "H"), keys.bloom_shard("web", 0, 1),
         keys.bloom_meta("web"), keys.simhash_bands("web"), keys.simhash_order("web"),

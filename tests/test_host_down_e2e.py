@@ -21,6 +21,7 @@ import pytest
 
 from demo.localcrawl import crawl_sandbox
 from extensions.hosts import host_partition
+from pipelines.stores.sqlite import SQLiteStore
 from sandbox.hostile import DOWN_HOST, HOST_DOWN_LINKS
 from sandbox.site import SiteSpec
 from tests.test_failures_e2e import _dead_letters, _waiting_urls
@@ -68,4 +69,10 @@ def test_a_host_that_stays_down_is_dead_lettered_as_a_whole(
     assert span <= HOST_DOWN_AFTER + ROBOTS_TRIES_SECONDS + 5, span
     logs = "".join(p.read_text() for p in report.log_dir.glob("*.log"))
     assert "judged down" in logs
+    # Every dead letter has its failed-page record, those the verdict's
+    # script and the commit wrote included (handed to the store by the
+    # scheduler: dlq:unrecorded).
+    store = SQLiteStore(tmp_path / "pages.sqlite3")
+    missing = [u for u in sorted(urls) if store.get_page(u) is None]
+    assert not missing, missing[:5]
     assert host_partition(f"http://{DOWN_HOST}", partitions) == partitions - 1

@@ -14,7 +14,7 @@ from mockupdb import MockupDB
 from extensions.embedded_redis import free_port
 from pipelines.batching import PageBatcher, prepare_page
 from pipelines.items import PageItem
-from pipelines.stores.base import PermanentStoreError
+from pipelines.stores.base import PermanentStoreError, TransientStoreError
 from pipelines.stores.mongo import MongoStore
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ class FakeMongo:
             "pages_metadata": {},
             "pages_content": {},
             "pages_simhash": {},
+            "spilled_requests": {},
         }
         self.updates = 0
         self.lock = threading.Lock()
@@ -213,3 +214,33 @@ def test_unreachable_server_applies_backpressure_and_loses_nothing() -> None:
     assert stored == []  # nothing acknowledged to the frontier
     assert sorted(p.page_id for p in unstored) == sorted(f"fp{i}" for i in range(6))
     assert pressure and pressure[0] is True
+
+
+@pytest.mark.parametrize("fake_mongo", [["hangup"]], indirect=True)
+def test_spill_append_over_a_dropped_connection_is_transient(
+    fake_mongo: FakeMongo,
+) -> None:
+    """The frontier spill's write: a dropped connection is a transient
+    error (the worker writes again), and the second write stores each entry
+    once, by host and score."""
+    store = MongoStore(fake_mongo.server.uri, "db", timeout_ms=2000)
+    store.open()
+    entries = [(2**52 - 1, b'{"url": "http://a.test/1"}'), (7, b"{}")]
+    with pytest.raises(TransientStoreError):
+        store.spill_append("http://a.test:80", entries)
+    store.spill_append("http://a.test:80", entries)
+    store.spill_append("http://a.test:80", entries)  # written twice: kept once
+    store.close()
+    docs = fake_mongo.docs["spilled_requests"]
+    assert sorted(docs) == ["http://a.test:80 4503599627370495", "http://a.test:80 7"]
+    assert docs["http://a.test:80 4503599627370495"]["score"] == 2**52 - 1
+    assert bytes(docs["http://a.test:80 7"]["member"]) == b"{}"
+
+
+@pytest.mark.parametrize("fake_mongo", [["unauthorized"]], indirect=True)
+def test_spill_append_refused_is_permanent(fake_mongo: FakeMongo) -> None:
+    store = MongoStore(fake_mongo.server.uri, "db", timeout_ms=2000)
+    store.open()
+    with pytest.raises(PermanentStoreError):
+        store.spill_append("http://a.test:80", [(1, b"{}")])
+    store.close()

@@ -538,3 +538,57 @@ def test_two_schedulers_share_a_partitioned_frontier(redis_url: str) -> None:
         await b.close_async("finished")
 
     asyncio.run(body())
+
+
+def test_the_spill_caps_and_refills_each_partitions_hosts(
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """The frontier spill over P=3 through the scheduler contract: hosts of
+    every partition spill past a cap of 4 and come back each once, in
+    priority then arrival order per host; their spill counters and refill
+    SET live in their own partition's tag (the autouse guard checks every
+    commit, refill and confirm script names one slot)."""
+    from tests.test_scheduler import drain
+
+    parts, hosts = 3, []
+    for p in range(parts):
+        hosts += [h for h in HOSTS if host_partition(h, parts) == p][:2]
+    prios = [0, 0, 5, 0, -3, 5, 0, 1, 0, 0, 7, 0]
+
+    async def body() -> None:
+        crawler = make_crawler(
+            redis_url,
+            FRONTIER_PARTITIONS=parts,
+            FRONTIER_HOST_QUEUE_MAX=4,
+            FRONTIER_SPILL_BATCH=3,
+            FRONTIER_SPILL_STORE="pipelines.stores.spill.PageStoreSpill",
+            SQLITE_PATH=str(tmp_path / "pages.sqlite3"),
+            FRONTIER_BATCH_SIZE=2,
+            FRONTIER_BUFFER_SIZE=2,
+        )
+        s = await opened(crawler)
+        for i, prio in enumerate(prios):
+            for h in hosts:
+                url = h.removesuffix(":80") + f"/{i}"
+                s.enqueue_request(Request(url, priority=prio))
+        got = await drain(s, len(prios) * len(hosts), timeout=60)
+        urls = [r.url for r in got]
+        assert len(urls) == len(set(urls)) == len(prios) * len(hosts)
+        want = sorted(range(len(prios)), key=lambda i: (-prios[i], i))
+        for h in hosts:
+            base = h.removesuffix(":80")
+            mine = [u for u in urls if u.startswith(base + "/")]
+            assert mine == [f"{base}/{i}" for i in want]
+        assert crawler.stats is not None
+        assert crawler.stats.get_value("frontier/spilled") > 0
+        assert crawler.stats.get_value("frontier/refilled") > 0
+        await s.close_async("finished")
+
+    asyncio.run(body())
+    for h in hosts:
+        k = FrontierKeys("web", host_partition(h, parts), parts)
+        # Counted in its partition's record, back to 0: every one refilled.
+        assert redis_client.hget(k.host(h), "spilled") == b"0"
+        assert not redis_client.sismember(k.refill, h)
+        if host_partition(h, parts) > 0:
+            assert not redis_client.exists(FrontierKeys("web").host(h))

@@ -151,9 +151,9 @@ def test_settled_entries_survive_a_failed_take(redis_url: str) -> None:
 
 def test_scheduler_settles_seeds_once_queued_or_refused(redis_url: str) -> None:
     """The scheduler sends ``seeds_settled`` for a seed once its batch is
-    committed (queued, or filtered as seen), and for a seed refused in
-    ``request_scheduled`` (never enqueued); the entry does not travel on in
-    the queued request."""
+    committed (queued, or filtered as seen), for a repeat dropped in
+    ``enqueue_request``, and for a seed refused in ``request_scheduled``
+    (never enqueued); the entry does not travel on in the queued request."""
     sync = redis.Redis.from_url(redis_url)
     settled: list[tuple[list[str], int]] = []
 
@@ -169,12 +169,19 @@ def test_scheduler_settles_seeds_once_queued_or_refused(redis_url: str) -> None:
             s.enqueue_request(Request(url, meta={SEED_TAKEN: f"e{n}"}))
         got = await drain(s, 1)
         await wait_for(lambda: len(settled) == 1)
+        # A repeat the dupefilter had answered for is refused at once; the
+        # engine then sends request_dropped (as it does here).
+        repeat = Request("http://a.test/", meta={SEED_TAKEN: "e3"})
+        assert not s.enqueue_request(repeat)
+        crawler.signals.send_catch_log(
+            signals.request_dropped, request=repeat, spider=crawler.spider
+        )
         # Announced, then refused by a request_scheduled handler.
         refused = Request("http://b.test/", meta={SEED_TAKEN: "e2"})
         crawler.signals.send_catch_log(
             signals.request_scheduled, request=refused, spider=crawler.spider
         )
-        await wait_for(lambda: len(settled) == 2)
+        await wait_for(lambda: len(settled) == 3)
         await s.close_async("finished")
         return got
 
@@ -183,7 +190,7 @@ def test_scheduler_settles_seeds_once_queued_or_refused(redis_url: str) -> None:
     finally:
         sync.close()
     # (The second ready count is 0: a.test is leased by then.)
-    assert [entries for entries, _ in settled] == [["e0", "e1"], ["e2"]]
+    assert [entries for entries, _ in settled] == [["e0", "e1"], ["e3"], ["e2"]]
     assert settled[0][1] == 1
     assert [r.url for r in got] == ["http://a.test/"]
     assert SEED_TAKEN not in got[0].meta

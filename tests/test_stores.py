@@ -347,6 +347,35 @@ def reopened(store: PageStore, reopen: Any) -> PageStore:
     return again
 
 
+def test_spill_keeps_each_hosts_requests_in_score_order(store_factory: Any) -> None:
+    """The frontier spill's part of the store (extensions.spill.SpillStore):
+    per host, in score order, idempotent, persistent."""
+    store, reopen = store_factory
+    a, b = "http://a.test:80", "http://b.test:80"
+    big = 2**52 - 1  # the largest frontier score: kept exactly
+    store.spill_append(a, [(big, b"last"), (10, b"ten"), (20, b"twenty")])
+    store.spill_append(b, [(15, b"b")])
+    store.spill_append(a, [(10, b"ten")])  # written twice: kept once
+    assert (store.spill_count(), store.spill_count(a), store.spill_count(b)) == (
+        4,
+        3,
+        1,
+    )
+    assert store.spill_take(a, 2) == [(10, b"ten"), (20, b"twenty")]
+    assert store.spill_take(a, 2) == [(10, b"ten"), (20, b"twenty")]  # not removed
+    store.spill_delete(a, [10, 20])
+    store.spill_delete(a, [10])  # deleted twice: harmless
+    again = reopened(store, reopen)
+    try:
+        assert again.spill_take(a, 5) == [(big, b"last")]  # type: ignore[attr-defined]
+        assert again.spill_take(b, 5) == [(15, b"b")]  # type: ignore[attr-defined]
+        assert again.spill_take("http://c.test:80", 5) == []  # type: ignore[attr-defined]
+        assert again.spill_clear() == 2  # type: ignore[attr-defined]
+        assert again.spill_count() == 0  # type: ignore[attr-defined]
+    finally:
+        again.close()
+
+
 def test_history_records_each_visit_and_a_304_keeps_the_page(
     store_factory: Any,
 ) -> None:

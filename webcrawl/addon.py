@@ -5,7 +5,8 @@ It installs the defaults of every package (:mod:`extensions.defaults`,
 checks every value against its declared type and range, sets the Redis
 scheduler, the Bloom dupefilter, the robots, back-off, failure-policy,
 per-host lock and SSRF guard downloader middlewares, the trap filter spider
-middleware, the batching storage pipeline and the fleet statistics extension,
+middleware, the batching storage pipeline and the fleet statistics extension, the page
+store as the frontier's spill store (``FRONTIER_SPILL_STORE``),
 and turns off what they replace (Scrapy's per-process robots middleware, its
 immediate ``RetryMiddleware`` and its ``UrlLengthMiddleware``). Values a user
 sets at a higher priority (``-s``, scrapyd ``setting=``, a spider's
@@ -59,6 +60,8 @@ EXTENSIONS = {"extensions.fleetstats.FleetStats": 500}
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 METRICS_EXTENSION = {"extensions.metrics.PrometheusMetrics": 500}
 RECRAWL_EXTENSION = {"extensions.recrawl.Recrawler": 500}
+# Requests past the frontier's cap wait in the page store (extensions.spill).
+SPILL_STORE = "pipelines.stores.spill.PageStoreSpill"
 # Every package's defaults module, installed and checked in this order.
 DEFAULTS = (extensions.defaults, pipelines.defaults, defaults)
 
@@ -140,6 +143,9 @@ class Webcrawl:
             refuse(config.SettingsError("; ".join(problems)))
         settings.set("SCHEDULER", SCHEDULER, "addon")
         settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
+        # At "addon" priority: a FRONTIER_SPILL_STORE the project or the
+        # command line sets (even empty: no spill) wins.
+        settings.set("FRONTIER_SPILL_STORE", SPILL_STORE, "addon")
         # Our robots middleware shares one robots.txt fetch per host across
         # the fleet and replaces Scrapy's per-process one.
         settings.set("ROBOTSTXT_OBEY", False, "addon")

@@ -11,7 +11,7 @@ taken from the environment (or a ``*_FILE`` secret), see
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from scrapy.utils.misc import load_object
 
@@ -26,11 +26,13 @@ from pipelines.stores.base import (
 )
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 __all__ = [
     "BatchResult",
     "DocumentError",
+    "LazyPageStore",
     "PageStore",
     "PermanentStoreError",
     "StoredPage",
@@ -58,3 +60,29 @@ def store_from_settings(settings: BaseSettings) -> PageStore:
     """
     cls = load_object(store_class_path(settings))
     return cast("PageStore", cls.from_settings(settings))
+
+
+class LazyPageStore:
+    """The page store the crawler's settings select, through a connection of
+    its own, opened on first use (in the thread of its one caller: a store's
+    connection may be bound to a thread). The base of the page store's
+    side-stores (the recrawl schedule, the frontier spill)."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.store: Any = store_from_settings(crawler.settings)
+        self._open = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    def _store(self) -> Any:
+        if not self._open:
+            self.store.open()
+            self._open = True
+        return self.store
+
+    def close(self) -> None:
+        if self._open:
+            self.store.close()
+            self._open = False

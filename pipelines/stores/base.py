@@ -15,6 +15,11 @@ A store keeps two record kinds, after seed 000 section 4.6:
     a write replaces stored content by content of another hash, the stored
     one is copied here first (:func:`replaces_version`); the newest
     ``history_max`` per page are kept.
+``spilled_requests``
+    Requests waiting outside Redis (the frontier spill): ``host``,
+    ``score``, ``member``, read per host in ``score`` order
+    (``spill_append``, ``spill_take``, ``spill_delete``, ``spill_count``:
+    the ``SpillStore`` protocol of :mod:`extensions.spill`).
 ``pages_simhash``
     The near-duplicate index: per original page (:func:`is_original`) with a
     SimHash, its four band values (:func:`simhash_bands`), indexed; rewritten
@@ -117,6 +122,11 @@ VERSION_FIELDS: dict[str, str] = {
     "html_compressed": "BLOB NOT NULL",
     "encoding": "TEXT",
 }
+# The table / collection of requests waiting outside Redis (the frontier
+# spill, extensions.spill): host, score (the frontier's order: priority, then
+# arrival), member (the serialized request), indexed on (host, score). The
+# store knows nothing of the frontier but this order.
+SPILL = "spilled_requests"
 # Indexed metadata fields besides _id and the unique url.
 METADATA_INDEXES = ("domain", "fetched_at", "content_hash")
 BOOL_FIELDS = ("noindex", "nofollow", "has_content")

@@ -2,11 +2,12 @@
 
 Collections ``pages_metadata``, ``pages_content`` and ``pages_simhash``
 (``{_id: page id, simhash: hex, bands: [int]}``, see
-:mod:`pipelines.stores.base`), and ``recrawl_schedule`` (``{_id: url, due:
+:mod:`pipelines.stores.base`), ``recrawl_schedule`` (``{_id: url, due:
 ms, record: str}``, the continuous crawl's store-side schedule,
-:mod:`pipelines.stores.schedule`); indexes created at open: ``url`` unique,
-``domain``, ``fetched_at``, ``content_hash``, ``bands`` (multikey) and the
-schedule's ``due``. A
+:mod:`pipelines.stores.schedule`) and ``spilled_requests`` (``{_id: "<host>
+<score>", host, score, member}``: the frontier spill); indexes created at
+open: ``url`` unique, ``domain``, ``fetched_at``, ``content_hash``, ``bands``
+(multikey), the schedule's ``due`` and the spill's ``(host, score)`` unique. A
 batch is three unordered bulk writes of ``ReplaceOne(upsert=True)`` by
 ``_id`` (metadata first, then the content and the band index of the metadata
 that was written), so a retried batch is harmless.
@@ -49,6 +50,7 @@ from pipelines.stores.base import (
     ITER_CHUNK,
     METADATA_INDEXES,
     NOT_MODIFIED,
+    SPILL,
     BatchResult,
     DocumentError,
     Original,
@@ -169,6 +171,9 @@ class MongoStore:
             db["pages_versions"].create_index("url", name="url")
             db["pages_simhash"].create_index("bands", name="bands")
             db["recrawl_schedule"].create_index("due", name="due")
+            db[SPILL].create_index(
+                [("host", 1), ("score", 1)], unique=True, name="host_score"
+            )
         except (ConnectionFailure, OperationFailure) as e:
             raise _store_error(e) from e
         self._db = db
@@ -549,16 +554,102 @@ class MongoStore:
         except (ConnectionFailure, OperationFailure) as e:
             raise _store_error(e) from e
 
+    # -- the frontier spill (extensions.spill.SpillStore) ----------------------
 
-def _store_error(error: ConnectionFailure | OperationFailure) -> Exception:
-    """The store error a connection failure or a refused operation stands for."""
+    def spill_append(self, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
+        spill_append(self._database(), host, entries)
+
+    def spill_take(self, host: str, n: int) -> list[tuple[int, bytes]]:
+        return spill_take(self._database(), host, n)
+
+    def spill_delete(self, host: str, scores: Sequence[int]) -> None:
+        spill_delete(self._database(), host, scores)
+
+    def spill_count(self, host: str | None = None) -> int:
+        return spill_count(self._database(), host)
+
+    def spill_clear(self) -> int:
+        return spill_clear(self._database())
+
+
+def _store_error(
+    error: ConnectionFailure | OperationFailure, what: str = ""
+) -> Exception:
+    """The store error a connection failure or a refused operation (of
+    ``what``, named in the message) stands for."""
+    where = f"mongodb {what}" if what else "mongodb"
     if isinstance(error, ConnectionFailure):
-        return TransientStoreError(f"mongodb unreachable: {error}")
+        return TransientStoreError(f"{where} unreachable: {error}")
     if _is_transient(error.code, _labels(error)):
-        return TransientStoreError(f"mongodb: {error}")
-    return PermanentStoreError(f"mongodb: {error}")
+        return TransientStoreError(f"{where}: {error}")
+    return PermanentStoreError(f"{where}: {error}")
 
 
 def _labels(error: PyMongoError) -> list[str]:
     labels = getattr(error, "_error_labels", None)
     return sorted(labels) if labels else []
+
+
+class _SpillErrors:
+    """Map a driver error of a spill call to a store error."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
+        if isinstance(error, (ConnectionFailure, OperationFailure)):
+            raise _store_error(error, self.what) from error
+
+
+def _spill_id(host: str, score: int) -> str:
+    """>>> _spill_id("http://a.test:80", 12)
+    'http://a.test:80 12'
+    """
+    return f"{host} {score}"
+
+
+def spill_append(db: Any, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
+    """Upsert by ``_id`` (host and score): a batch written twice is kept once."""
+    if not entries:
+        return
+    ops = [
+        ReplaceOne(
+            {"_id": _spill_id(host, score)},
+            {"host": host, "score": int(score), "member": bytes(member)},
+            upsert=True,
+        )
+        for score, member in entries
+    ]
+    with _SpillErrors("spill append"):
+        db[SPILL].bulk_write(ops, ordered=False)
+
+
+def spill_take(db: Any, host: str, n: int) -> list[tuple[int, bytes]]:
+    with _SpillErrors("spill take"):
+        docs = list(
+            db[SPILL]
+            .find({"host": host}, {"score": 1, "member": 1})
+            .sort([("score", 1)])
+            .limit(int(n))
+        )
+    return [(int(d["score"]), bytes(d["member"])) for d in docs]
+
+
+def spill_delete(db: Any, host: str, scores: Sequence[int]) -> None:
+    if not scores:
+        return
+    with _SpillErrors("spill delete"):
+        db[SPILL].delete_many({"_id": {"$in": [_spill_id(host, s) for s in scores]}})
+
+
+def spill_clear(db: Any) -> int:
+    with _SpillErrors("spill clear"):
+        return int(db[SPILL].delete_many({}).deleted_count)
+
+
+def spill_count(db: Any, host: str | None = None) -> int:
+    with _SpillErrors("spill count"):
+        return int(db[SPILL].count_documents({} if host is None else {"host": host}))

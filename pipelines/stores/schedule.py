@@ -17,34 +17,21 @@ Settings read: those of the page store (``PAGE_STORE``, ``MONGO_URI``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
-from pipelines.stores import TransientStoreError, store_from_settings
+from pipelines.stores import LazyPageStore, TransientStoreError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from scrapy.crawler import Crawler
 
-
-class PageStoreSchedule:
+class PageStoreSchedule(LazyPageStore):
     """The schedule in the configured page store, opened on first use (in
     the recrawl extension's own thread)."""
 
-    def __init__(self, crawler: Crawler) -> None:
-        self.store: Any = store_from_settings(crawler.settings)
-        self._open = False
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
-
     def _call(self, method: str, *args: Any) -> Any:
         try:
-            if not self._open:
-                self.store.open()
-                self._open = True
-            return getattr(self.store, method)(*args)
+            return getattr(self._store(), method)(*args)
         except TransientStoreError as e:
             raise ConnectionError(f"page store: {e}") from e
 
@@ -59,8 +46,3 @@ class PageStoreSchedule:
 
     def count(self) -> int:
         return int(self._call("schedule_count"))
-
-    def close(self) -> None:
-        if self._open:
-            self.store.close()
-            self._open = False

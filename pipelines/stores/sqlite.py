@@ -6,8 +6,10 @@ Used when ``MONGO_URI`` is empty, at ``WEBCRAWL_HOME/pages.sqlite3``: tables
 :data:`pipelines.stores.base.METADATA_FIELDS` and ``CONTENT_FIELDS`` (``_id``
 is the column ``id``), and ``pages_simhash`` (``band``, ``id``, ``simhash``:
 four rows per original page, primary key ``(band, id)``, indexed by ``id``),
-and ``recrawl_schedule`` (``url`` primary key, ``due`` indexed, ``record``:
-the continuous crawl's store-side schedule, :mod:`pipelines.stores.schedule`).
+``recrawl_schedule`` (``url`` primary key, ``due`` indexed, ``record``:
+the continuous crawl's store-side schedule, :mod:`pipelines.stores.schedule`)
+and ``spilled_requests`` (``host``, ``score``, ``member``: requests waiting
+outside Redis, see :class:`SpillStore`, primary key ``(host, score)``).
 WAL journaling lets ``python -m pipelines.read`` read while a crawl writes.
 
 Settings read (by :meth:`SQLiteStore.from_settings`): ``WEBCRAWL_HOME``,
@@ -21,7 +23,7 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from extensions.config import setting_or_env
 from extensions.embedded_redis import webcrawl_home
@@ -32,6 +34,7 @@ from pipelines.stores.base import (
     METADATA_FIELDS,
     METADATA_INDEXES,
     NOT_MODIFIED,
+    SPILL,
     VERSION_FIELDS,
     BatchResult,
     DocumentError,
@@ -98,6 +101,13 @@ SIMHASH_TABLE = (
     "id TEXT NOT NULL, simhash TEXT NOT NULL, PRIMARY KEY (band, id)) WITHOUT ROWID"
 )
 
+
+# Requests waiting outside Redis (pipelines.stores.base.SPILL): read by host
+# in score order, so the primary key is the index.
+SPILL_TABLE = (
+    f"CREATE TABLE IF NOT EXISTS {SPILL} (host TEXT NOT NULL, score INTEGER NOT "
+    "NULL, member BLOB NOT NULL, PRIMARY KEY (host, score)) WITHOUT ROWID"
+)
 
 SCHEDULE_TABLE = (
     "CREATE TABLE IF NOT EXISTS recrawl_schedule (url TEXT PRIMARY KEY, "
@@ -218,6 +228,7 @@ class SQLiteStore:
                         f"ON pages_metadata ({name})"
                     )
                 conn.execute(SIMHASH_TABLE)
+                conn.execute(SPILL_TABLE)
                 conn.execute(SCHEDULE_TABLE)
                 conn.execute(
                     "CREATE INDEX IF NOT EXISTS recrawl_schedule_due "
@@ -504,11 +515,12 @@ class SQLiteStore:
     # --- the continuous crawl's store-side schedule ---------------------------
     def schedule_put(self, entries: Sequence[tuple[str, int, str]]) -> None:
         """Set the next visit (``due``, ms) and record of each ``url``."""
-        self._schedule_write(
+        self._write_many(
             "INSERT INTO recrawl_schedule (url, due, record) VALUES (?, ?, ?) "
             "ON CONFLICT (url) DO UPDATE SET due = excluded.due, "
             "record = excluded.record",
             entries,
+            "write the schedule",
         )
 
     def schedule_due(self, until: int, limit: int) -> list[tuple[str, int, str]]:
@@ -531,14 +543,17 @@ class SQLiteStore:
     def schedule_delete(self, entries: Sequence[tuple[str, int]]) -> None:
         """Remove each ``(url, due)`` still due then (an entry rescheduled
         meanwhile has another ``due`` and stays)."""
-        self._schedule_write(
-            "DELETE FROM recrawl_schedule WHERE url = ? AND due = ?", entries
+        self._write_many(
+            "DELETE FROM recrawl_schedule WHERE url = ? AND due = ?",
+            entries,
+            "write the schedule",
         )
 
     def schedule_count(self) -> int:
         return self._rows("recrawl_schedule")
 
-    def _schedule_write(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    def _write_many(self, sql: str, rows: Sequence[tuple[Any, ...]], what: str) -> None:
+        """Run ``sql`` over ``rows`` in one transaction."""
         if not rows:
             return
         with self._lock:
@@ -546,4 +561,53 @@ class SQLiteStore:
                 with self._connection() as conn:
                     conn.executemany(sql, rows)
             except sqlite3.Error as e:
-                raise _store_error(e, "write the schedule") from e
+                raise _store_error(e, what) from e
+
+    # -- the frontier spill (extensions.spill.SpillStore) ----------------------
+
+    def spill_append(self, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
+        self._write_many(
+            f"INSERT OR IGNORE INTO {SPILL} (host, score, member) VALUES (?, ?, ?)",
+            [(host, int(score), bytes(member)) for score, member in entries],
+            "spill append",
+        )
+
+    def spill_take(self, host: str, n: int) -> list[tuple[int, bytes]]:
+        with self._lock:
+            try:
+                rows = (
+                    self._connection()
+                    .execute(
+                        f"SELECT score, member FROM {SPILL} WHERE host = ? "
+                        "ORDER BY score LIMIT ?",
+                        (host, int(n)),
+                    )
+                    .fetchall()
+                )
+            except sqlite3.Error as e:
+                raise _store_error(e, "spill take") from e
+        return [(int(score), bytes(member)) for score, member in rows]
+
+    def spill_delete(self, host: str, scores: Sequence[int]) -> None:
+        self._write_many(
+            f"DELETE FROM {SPILL} WHERE host = ? AND score = ?",
+            [(host, int(score)) for score in scores],
+            "spill delete",
+        )
+
+    def spill_clear(self) -> int:
+        with self._lock:
+            conn = self._connection()
+            try:
+                with conn:
+                    return int(conn.execute(f"DELETE FROM {SPILL}").rowcount)
+            except sqlite3.Error as e:
+                raise _store_error(e, "spill clear") from e
+
+    def spill_count(self, host: str | None = None) -> int:
+        sql, args = f"SELECT COUNT(*) FROM {SPILL}", cast("tuple[str, ...]", ())
+        if host is not None:
+            sql, args = sql + " WHERE host = ?", (host,)
+        with self._lock:
+            row = self._connection().execute(sql, args).fetchone()
+        return int(row[0])

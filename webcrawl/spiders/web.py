@@ -467,7 +467,13 @@ class WebSpider(Spider):
             return
         if not isinstance(response, HtmlResponse) and _looks_like_sitemap(response):
             # Sitemap: lines of robots.txt arrive as seeds (extensions.robots).
-            for request in self._sitemap_links(response):
+            # Up to 50 MB of XML: inflated off the loop (zlib lets go of the
+            # GIL), parsed lazily, with a turn of the loop every LINK_CHUNK
+            # entries, as for a page's links (tests/test_parse_stall.py).
+            body = await asyncio.to_thread(gunzip_if_needed, response)
+            for n, request in enumerate(self._sitemap_links(response, body), 1):
+                if n % LINK_CHUNK == 0:
+                    await asyncio.sleep(0)
                 yield request
             yield self._item(response)
             return
@@ -548,8 +554,14 @@ class WebSpider(Spider):
         host = (urlsplit(url).hostname or "").lower()
         return any(host == d or host.endswith("." + d) for d in self.allowed_domains)
 
-    def _sitemap_links(self, response: Response) -> Iterator[Request]:
-        for entry in self._sitemap_entries(gunzip_if_needed(response)):
+    def _sitemap_links(
+        self, response: Response, body: bytes | None = None
+    ) -> Iterator[Request]:
+        """The in-scope requests of a sitemap (``body``: its XML, the
+        response's own inflated if None)."""
+        if body is None:
+            body = gunzip_if_needed(response)
+        for entry in self._sitemap_entries(body):
             loc = entry.get("loc")
             if not loc:
                 continue
