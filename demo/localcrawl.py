@@ -17,7 +17,12 @@ from scrapy.settings import Settings
 
 from demo.fleet import push_seeds, start_worker, wait_all
 from extensions.connection import sync_client
-from extensions.keys import crawl_patterns, invalid_start_urls, start_urls
+from extensions.keys import (
+    crawl_patterns,
+    invalid_start_urls,
+    seed_patterns,
+    start_urls,
+)
 from sandbox.process import SandboxProcess, min_gap_ms_by_host
 
 if TYPE_CHECKING:
@@ -70,7 +75,7 @@ def reset_crawl(redis_url: str, prefix: str = "web") -> None:
     client = sync_client(Settings({"REDIS_URL": redis_url}))
     try:
         keys = [start_urls(prefix), invalid_start_urls(prefix)]
-        for pattern in crawl_patterns(prefix):
+        for pattern in [*crawl_patterns(prefix), *seed_patterns(prefix)]:
             keys += list(client.scan_iter(match=pattern, count=1000))
         client.unlink(*keys)
     finally:

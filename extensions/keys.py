@@ -28,6 +28,12 @@ key                             type    what it holds
 ==============================  ======  =========================================
 ``web:start_urls``              LIST    seeds: a URL or a JSON object per entry
 ``web:start_urls:invalid``      LIST    seeds that could not be used, with why
+``web:{web:start_urls}:``       LIST    seeds one worker took, until its
+``taken:<worker>``                      scheduler queued them (or they were
+                                        refused); a live worker puts a dead
+                                        worker's back on the seed list
+``web:{web:start_urls}:``       ZSET    seed takers: worker id -> last
+``takers``                              heartbeat (ms)
 ``web:{web}:q:<host>``          ZSET    one host's queue: request -> score
                                         (priority, then arrival order)
 ``web:{web}:ready``             ZSET    hosts with queued requests -> the time
@@ -269,6 +275,37 @@ def start_urls(prefix: str) -> str:
 
 def invalid_start_urls(prefix: str) -> str:
     return f"{prefix}:start_urls:invalid"
+
+
+def seed_takers(prefix: str) -> str:
+    """The workers that take seeds, with their heartbeats (ms). Tagged
+    ``{<prefix>:start_urls}``: the slot of the untagged seed list itself
+    (whose name the operators' ``lpush`` fixes), so one script moves entries
+    between them on a cluster too.
+
+    >>> seed_takers("web")
+    'web:{web:start_urls}:takers'
+    >>> key_slot(seed_takers("web").encode()) == key_slot(start_urls("web").encode())
+    True
+    """
+    return f"{prefix}:{{{start_urls(prefix)}}}:takers"
+
+
+def seed_taken(prefix: str, worker: str) -> str:
+    """The seeds one worker took and its scheduler has not yet queued.
+
+    >>> seed_taken("web", "w1")
+    'web:{web:start_urls}:taken:w1'
+    >>> key_slot(seed_taken("web", "w1").encode()) == key_slot(b"web:start_urls")
+    True
+    """
+    return f"{prefix}:{{{start_urls(prefix)}}}:taken:{worker}"
+
+
+def seed_patterns(prefix: str) -> list[str]:
+    """SCAN patterns for the seed-list keys besides the list itself (the
+    takers and their taken seeds)."""
+    return [f"{prefix}:{{{start_urls(prefix)}}}:*"]
 
 
 def robots(prefix: str, host: str) -> str:

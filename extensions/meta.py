@@ -49,3 +49,10 @@ RECRAWL_RECORD = "recrawl"
 #: A sitemap's ``<changefreq>`` for the page (a revisit hint the spider sets
 #: when ``RECRAWL_ENABLED`` and copies into the item).
 SITEMAP_CHANGEFREQ = "changefreq"
+
+#: The seed-list entry a seed request was made from (a str, set by the
+#: spider when it takes the seed, :mod:`extensions.seeds`). The scheduler
+#: takes it off the request and, once the request is queued in the frontier
+#: (or refused before it), sends :data:`extensions.signals.seeds_settled`
+#: with it, so the entry leaves the worker's taken list only then.
+SEED_TAKEN = "seed_taken"

@@ -33,6 +33,12 @@ script), or the request dropped (spider error, dropped item, filtered).
 A retry carries its delay in ``meta["frontier_delay_ms"]``
 (:mod:`extensions.failures`): it waits in Redis, not here.
 
+A seed request carries its seed-list entry (``meta["seed_taken"]``,
+:mod:`extensions.seeds`): the scheduler takes it off and sends
+:data:`extensions.signals.seeds_settled` once the seed's batch is committed
+(or the seed was refused in ``request_scheduled``), so the entry leaves its
+worker's taken list only when a live worker would queue the request anyway.
+
 Terminal failures reach the dead-letter queue (:mod:`extensions.dlq`) through
 the :data:`extensions.signals.request_dead` signal: they are written before
 the acknowledgements of the same round, so a failed page is never acknowledged
@@ -95,7 +101,12 @@ from extensions.serialization import (
     request_from_bytes,
     request_to_bytes,
 )
-from extensions.signals import dead_letters_unrecorded, items_stored, request_dead
+from extensions.signals import (
+    dead_letters_unrecorded,
+    items_stored,
+    request_dead,
+    seeds_settled,
+)
 from extensions.spill import FrontierSpill
 
 if TYPE_CHECKING:
@@ -157,6 +168,9 @@ class _Batch:
     stage: Stage = Stage.NEW
     queued: list[QueuedRequest] = field(default_factory=list)
     refused: list[Spilled] = field(default_factory=list)
+    #: Seed-list entries of the batch's seeds (``meta.SEED_TAKEN``): settled
+    #: once the batch is committed and its refused part spilled.
+    seeds: list[str] = field(default_factory=list)
 
 
 def worker_id() -> str:
@@ -435,6 +449,13 @@ class RedisScheduler(BaseScheduler):
 
     def _on_request_dropped(self, request: Request, **_: Any) -> None:
         self._ack(request.meta.get(meta.FRONTIER_LEASE))
+        seed = request.meta.get(meta.SEED_TAKEN)
+        if seed is not None:
+            # A seed this worker's dupefilter had already answered for (see
+            # enqueue_request): the first copy is written ahead or queued.
+            self.crawler.signals.send_catch_log(
+                seeds_settled, entries=[seed], spider=self.spider
+            )
 
     def _on_request_dead(self, letter: DeadLetter, **_: Any) -> None:
         self._dead.append(letter)
@@ -447,8 +468,12 @@ class RedisScheduler(BaseScheduler):
         # refuses it (OffsiteMiddleware raises IgnoreRequest), the engine
         # never calls enqueue_request nor request_dropped, and the parent's
         # lease would be held for MAX_LEASE_AGE. Check right after the
-        # engine's synchronous _schedule_request has returned.
-        if request.meta.get(meta.FRONTIER_LEASE) is None:
+        # engine's synchronous _schedule_request has returned. A seed (not
+        # leased yet) refused there must leave its worker's taken list too.
+        if (
+            request.meta.get(meta.FRONTIER_LEASE) is None
+            and request.meta.get(meta.SEED_TAKEN) is None
+        ):
             return
         self._announced[id(request)] = request
         asyncio.get_running_loop().call_soon(self._check_announced, id(request))
@@ -458,6 +483,13 @@ class RedisScheduler(BaseScheduler):
         if request is None:
             return  # enqueued
         self.stats.inc_value("scheduler/refused_on_schedule")
+        seed = request.meta.get(meta.SEED_TAKEN)
+        if seed is not None:
+            # Its refuser counted it (offsite/filtered), as for any seed.
+            self.crawler.signals.send_catch_log(
+                seeds_settled, entries=[seed], spider=self.spider
+            )
+            return
         letter = self._letter(request, "offsite_redirect", "refused when scheduled")
         if letter is not None:
             self._dead_unrecorded.append(letter)
@@ -658,6 +690,12 @@ class RedisScheduler(BaseScheduler):
                     p.refused, p.entry if p.candidates else "", self.worker
                 )
             self._pending = None
+            if p.seeds:
+                # Queued, spilled or filtered as seen: their seed-list
+                # entries may go (a live worker would queue them anyway).
+                self.crawler.signals.send_catch_log(
+                    seeds_settled, entries=p.seeds, spider=self.spider
+                )
 
     async def _commit(self, p: _Batch) -> None:
         """Commit a deduplicated batch; what the spill cap refused stays in
@@ -729,9 +767,13 @@ class RedisScheduler(BaseScheduler):
         retries) join the acknowledgements: they end with the child queued
         or filtered, in the same script."""
         candidates: list[tuple[Request, QueuedRequest]] = []
+        seeds: list[str] = []
         for request, parent in batch:
             if parent:
                 acks.append(parent)
+            seed = request.meta.pop(meta.SEED_TAKEN, None)
+            if seed is not None:
+                seeds.append(seed)
             # The retry delay is this queueing's, not the request's: it must
             # not travel on to a redirect or a deferral of the retry.
             delay = int(request.meta.pop(DELAY_META, 0) or 0)
@@ -748,7 +790,7 @@ class RedisScheduler(BaseScheduler):
             )
             self.host_counts.add(host)
             candidates.append((request, QueuedRequest(host, priority, member, delay)))
-        return _Batch(candidates, acks, uuid.uuid4().hex[:12])
+        return _Batch(candidates, acks, uuid.uuid4().hex[:12], seeds=seeds)
 
     def _unserializable(self, request: Request, exc: Exception) -> None:
         self.stats.inc_value("scheduler/unserializable")

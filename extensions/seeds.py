@@ -21,9 +21,22 @@ seed list is not necessarily trusted with the workers:
   ``dont_obey_robotstxt``, ``proxy``...), so a seed naming any other key is
   refused, not silently trimmed: the operator learns why it was not crawled.
 
-Known window: a seed is out of the list from the moment a worker takes it
-until the scheduler's next push (milliseconds); a worker killed inside that
-window loses it, and it must be pushed again.
+Hand-over (a reliable queue): a take moves the entries atomically into the
+worker's taken list ``web:{web:start_urls}:taken:<worker>`` (same cluster
+slot as the seed list, :func:`extensions.keys.seed_taken`); each seed request
+carries its entry in ``meta["seed_taken"]``, and the entry leaves the taken
+list only once the scheduler has queued the request in the frontier or it was
+refused before it (signal :data:`extensions.signals.seeds_settled`; the
+removal rides on the worker's next take or beat). An invalid entry leaves it
+once its record is in the invalid list. Every take and every beat (each
+``heartbeat`` seconds) records the worker in ``web:{web:start_urls}:takers``;
+a worker silent for ``dead_after`` (three heartbeats, the frontier's rule) is
+dead, and the next take of a live worker puts its taken entries back at the
+taking end of the seed list. A clean close puts back what is left (seeds
+taken but not handed to the scheduler, e.g. a start batch the engine never
+consumed). So a worker killed at any point loses no seed; one killed after
+its scheduler queued a seed but before the entry left costs a duplicate,
+which the dupefilter drops.
 """
 
 from __future__ import annotations
@@ -36,25 +49,78 @@ from urllib.parse import urlsplit
 from scrapy import Request
 
 from extensions.frontier import PRIORITY_MAX, PRIORITY_MIN
-from extensions.keys import invalid_start_urls, start_urls
-from extensions.scripts import script
+from extensions.keys import invalid_start_urls, seed_taken, seed_takers, start_urls
+from extensions.scripts import LUA_NOW_MS, script
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
     from scrapy.settings import BaseSettings
 
-# take: pop up to n seeds from the tail of the list.
-# KEYS[1] seed list. ARGV[1] n. Returns the entries, oldest first.
-TAKE_LUA = """
-local n = tonumber(ARGV[1])
-local out = {}
-for i = 1, n do
-  local v = redis.call('RPOP', KEYS[1])
+# Move a taker's taken entries back to the taking end of the seed list, the
+# oldest taken last (so taken first again). Returns how many moved; a taken
+# key of the wrong type is left alone (-1): it is no seed list of ours.
+_LUA_GIVE_BACK = """
+local function give_back(taken, seeds)
+  local kind = redis.call('TYPE', taken)['ok']
+  if kind == 'none' then return 0 end
+  if kind ~= 'list' then return -1 end
+  -- The taken list holds the newest at its head: pushed in that order, the
+  -- oldest ends at the seed list's tail. (No LMOVE: Redis < 6.2.)
+  local entries = redis.call('LRANGE', taken, 0, -1)
+  for _, v in ipairs(entries) do redis.call('RPUSH', seeds, v) end
+  redis.call('DEL', taken)
+  return #entries
+end
+"""
+
+# take: beat, drop settled entries from this taker's taken list, give back
+# the taken entries of dead takers, then move up to n seeds (oldest first)
+# from the seed list into this taker's taken list.
+# KEYS[1] seed list, KEYS[2] takers ZSET, KEYS[3] this taker's taken list.
+# ARGV[1] n, ARGV[2] this taker's id, ARGV[3] dead after (ms), ARGV[4] the
+# taken-list key prefix, ARGV[5..] settled entries.
+# Returns {entries given back, broken taken keys skipped, taken entries...}.
+TAKE_LUA = (
+    LUA_NOW_MS
+    + _LUA_GIVE_BACK
+    + """
+local seeds, takers, mine = KEYS[1], KEYS[2], KEYS[3]
+local me = ARGV[2]
+local now = now_ms()
+redis.call('ZADD', takers, now, me)
+for i = 5, #ARGV do redis.call('LREM', mine, -1, ARGV[i]) end
+local back, broken = 0, 0
+local dead = redis.call('ZRANGEBYSCORE', takers, '-inf', now - tonumber(ARGV[3]))
+for _, taker in ipairs(dead) do
+  if taker ~= me then
+    local n = give_back(ARGV[4] .. taker, seeds)
+    if n < 0 then broken = broken + 1 else back = back + n end
+    redis.call('ZREM', takers, taker)
+  end
+end
+local out = {back, broken}
+for i = 1, tonumber(ARGV[1]) do
+  local v = redis.call('RPOPLPUSH', seeds, mine)
   if not v then break end
   out[#out + 1] = v
 end
 return out
 """
+)
+
+# release: a clean close. Drop settled entries, give the rest back, leave.
+# KEYS[1] seed list, KEYS[2] takers ZSET, KEYS[3] this taker's taken list.
+# ARGV[1] this taker's id, ARGV[2..] settled entries.
+# Returns the number of entries given back.
+RELEASE_LUA = (
+    _LUA_GIVE_BACK
+    + """
+for i = 2, #ARGV do redis.call('LREM', KEYS[3], -1, ARGV[i]) end
+local n = give_back(KEYS[3], KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return n
+"""
+)
 
 # Scrapy's own default URLLENGTH_LIMIT (the longest URL old browsers took).
 URL_LENGTH_LIMIT = 2083
@@ -140,9 +206,15 @@ def parse_seed(raw: bytes | str, max_url_length: int = URL_LENGTH_LIMIT) -> Seed
         parts.port  # noqa: B018 - raises ValueError on a port out of range
         # Whatever else Request refuses (it normalizes with w3lib) must be
         # refused here, not when the spider builds the request.
-        Request(seed.url)
+        escaped = Request(seed.url).url
     except ValueError as exc:  # UnicodeError (IDNA) is a ValueError too
         raise InvalidSeed(f"bad URL: {exc}") from None
+    if len(escaped) > max_url_length:
+        # Scrapy's UrlLengthMiddleware would drop the request silently (and
+        # its entry would stay taken): refuse it here, with the reason.
+        raise InvalidSeed(
+            f"URL longer than {max_url_length} characters once escaped ({len(escaped)})"
+        )
     if parts.scheme not in ("http", "https"):
         raise InvalidSeed(f"scheme must be http or https, not {parts.scheme!r}")
     if not parts.hostname:
@@ -204,33 +276,92 @@ def invalid_record(entry: bytes, reason: str) -> str:
     return json.dumps(record)
 
 
+@dataclass
+class Taken:
+    """What one take brought: seeds with their entries, the invalid entries
+    with why (already recorded in the invalid list), and how many entries
+    of dead takers it put back on the seed list first."""
+
+    seeds: list[tuple[Seed, str]]
+    invalid: list[tuple[bytes, str]]
+    given_back: int = 0
+    broken: int = 0
+
+
 class SeedList:
-    """Reads the seed list of crawl ``prefix``."""
+    """The seed list of crawl ``prefix``, as taken by worker ``taker`` (a
+    unique id per run). ``dead_after_ms``: how long a taker may stay silent
+    before its taken seeds go back to the list (see the module docstring)."""
 
     def __init__(
         self,
         client: aredis.Redis,
         prefix: str,
         max_url_length: int = URL_LENGTH_LIMIT,
+        *,
+        taker: str,
+        dead_after_ms: int,
     ) -> None:
         self.client = client
         self.key = start_urls(prefix)
         self.invalid_key = invalid_start_urls(prefix)
+        self.takers_key = seed_takers(prefix)
+        self.taken_key = seed_taken(prefix, taker)
+        self.taken_prefix = seed_taken(prefix, "")
+        self.taker = taker
+        self.dead_after_ms = dead_after_ms
         self.max_url_length = max_url_length
+        # Entries settled (queued or refused) whose removal from the taken
+        # list rides on the next take, beat or release.
+        self._settled: list[bytes | str] = []
 
-    async def take(self, n: int) -> tuple[list[Seed], list[tuple[bytes, str]]]:
-        """Up to ``n`` seeds, oldest first, and the invalid entries with their
-        reasons (already moved to the invalid list)."""
-        raw = await script(self.client, TAKE_LUA)(keys=[self.key], args=[n])
-        seeds: list[Seed] = []
-        invalid: list[tuple[bytes, str]] = []
-        for entry in raw:
-            try:
-                seeds.append(parse_seed(entry, self.max_url_length))
-            except InvalidSeed as exc:
-                invalid.append((entry, str(exc)))
-        if invalid:
-            await self.client.rpush(
-                self.invalid_key, *(invalid_record(e, why) for e, why in invalid)
+    def settle(self, entries: list[bytes | str]) -> None:
+        """Let ``entries`` leave the taken list (at the next call to Redis)."""
+        self._settled.extend(entries)
+
+    async def take(self, n: int) -> Taken:
+        """Up to ``n`` seeds, oldest first, each with its entry (for
+        ``meta["seed_taken"]``), and the invalid entries with their reasons
+        (moved to the invalid list). ``n=0`` is a beat: it settles and gives
+        back dead takers' seeds only."""
+        settled, self._settled = self._settled, []
+        try:
+            raw = await script(self.client, TAKE_LUA)(
+                keys=[self.key, self.takers_key, self.taken_key],
+                args=[n, self.taker, self.dead_after_ms, self.taken_prefix, *settled],
             )
-        return seeds, invalid
+        except BaseException:
+            self._settled[:0] = settled  # sent again with the next call
+            raise
+        taken = Taken([], [], int(raw[0]), int(raw[1]))
+        for entry in raw[2:]:
+            try:
+                seed = parse_seed(entry, self.max_url_length)
+            except InvalidSeed as exc:
+                taken.invalid.append((entry, str(exc)))
+            else:
+                # parse_seed decoded it: the entry is UTF-8.
+                taken.seeds.append((seed, entry.decode("utf-8")))
+        if taken.invalid:
+            await self.client.rpush(
+                self.invalid_key,
+                *(invalid_record(e, why) for e, why in taken.invalid),
+            )
+            # Recorded: they may leave the taken list.
+            self.settle([e for e, _ in taken.invalid])
+        return taken
+
+    async def release(self) -> int:
+        """A clean close: settle, give back what is left, leave the takers.
+        Returns how many entries went back to the seed list."""
+        settled, self._settled = self._settled, []
+        try:
+            return int(
+                await script(self.client, RELEASE_LUA)(
+                    keys=[self.key, self.takers_key, self.taken_key],
+                    args=[self.taker, *settled],
+                )
+            )
+        except BaseException:
+            self._settled[:0] = settled
+            raise

@@ -18,6 +18,16 @@
     sends it from its final-failure errback; components that end a request
     elsewhere send it too.
 
+``seeds_settled``
+    Seeds taken from the seed list (:mod:`extensions.seeds`) no longer need
+    their entries: their requests are queued in the frontier (written ahead
+    and committed, so a live worker queues them should this one die), or
+    were refused before the scheduler (an offsite seed, counted by its
+    refuser); sent once a batch's refused part, if any, is in the spill
+    store. Argument: ``entries``, the :data:`extensions.meta.SEED_TAKEN`
+    values of those requests. The scheduler sends it; whoever took the seeds
+    removes the entries from its taken list.
+
 ``dead_letters_unrecorded``
     Dead letters written with no page record in the store: by the scheduler
     (a redirect loop, a redirect refused when scheduled) or by a frontier
@@ -41,5 +51,7 @@ and close a cycle.
 items_stored = object()
 
 request_dead = object()
+
+seeds_settled = object()
 
 dead_letters_unrecorded = object()

@@ -26,7 +26,8 @@ from extensions.bloom import AsyncBloomFilter, BloomFilter
 from extensions.dlq import DeadLetters
 from extensions.frontier import Frontier, PartitionedFrontier, QueuedRequest, Worker
 from extensions.hosts import host_partition
-from extensions.keys import FrontierKeys, start_urls
+from extensions.keys import FrontierKeys, seed_takers, start_urls
+from extensions.seeds import SeedList
 from sandbox.site import SiteSpec
 from tests.test_crawl_e2e import assert_complete
 from tests.test_traps import run_output, trap_filter
@@ -176,6 +177,39 @@ def test_frontier_scripts_and_transactions_run_on_a_cluster(
             await client.aclose()
 
     assert asyncio.run(run()) == (1, 1, 1, 1)
+
+
+def test_seed_hand_over_runs_on_a_cluster(cluster: LocalCluster) -> None:
+    """The seed list (untagged, as operators push it), the takers and the
+    taken lists share one slot: a take, a dead taker's give-back (a key the
+    script reaches by name) and a release run on a cluster."""
+    settings = Settings({"REDIS_URL": cluster.url, "REDIS_CLUSTER": True})
+
+    async def run() -> tuple[list[str], int, list[str], int]:
+        client = connection.new_async_client(settings)
+        try:
+            await client.lpush(start_urls("web"), "http://a.test/1", "http://a.test/2")
+            dead = SeedList(client, "web", taker="w1", dead_after_ms=30_000)
+            await dead.take(2)
+            await client.zadd(seed_takers("web"), {"w1": 0})  # silent since 1970
+            alive = SeedList(client, "web", taker="w2", dead_after_ms=30_000)
+            taken = await alive.take(1)
+            released = await alive.release()
+            return (
+                [seed.url for seed, _ in taken.seeds],
+                taken.given_back,
+                [e.decode() for e in await client.lrange(start_urls("web"), 0, -1)],
+                released,
+            )
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(run()) == (
+        ["http://a.test/1"],
+        2,
+        ["http://a.test/2", "http://a.test/1"],
+        1,
+    )
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ def test_readme_names_every_key_family() -> None:
     for example in [
         keys.start_urls("web"),
         keys.invalid_start_urls("web"),
+        keys.seed_takers("web"),
         keys.FrontierKeys("web").ready,
         keys.FrontierKeys("web").leases,
         keys.FrontierKeys("web").delayed,
@@ -80,6 +81,7 @@ def test_every_key_of_the_readme_key_table_is_named_in_keys() -> None:
     f, s = keys.FrontierKeys("web"), keys.StatsKeys("web")
     made = [
         keys.start_urls("web"), keys.invalid_start_urls("web"),
+        keys.seed_taken("web", "W"), keys.seed_takers("web"),
         f.queue("H"), f.ready, f.host("H"), f.leases, f.lease_data, f.seq,
         f.workers, f.wal("W"), f.paused, f.poison, f.poison + ":K",
         f.recrawl, f.recrawl_data, f.delayed, f.dlq, f.dlq_reasons, f.partitions,

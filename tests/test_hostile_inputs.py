@@ -91,7 +91,10 @@ def test_every_seed_entry_is_taken_or_refused_with_its_reason(
     async def body() -> tuple[list[Any], list[tuple[bytes, str]]]:
         client = aredis.Redis.from_url(redis_url)
         try:
-            return await SeedList(client, "web").take(len(entries) + 10)
+            taken = await SeedList(
+                client, "web", taker="w1", dead_after_ms=30_000
+            ).take(len(entries) + 10)
+            return [s for s, _ in taken.seeds], taken.invalid
         finally:
             await client.aclose()
 

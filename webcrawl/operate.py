@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -41,6 +42,7 @@ from extensions.keys import (
     bloom_meta,
     crawl_patterns,
     invalid_start_urls,
+    seed_patterns,
     start_urls,
 )
 from extensions.redact import redact_url
@@ -378,13 +380,17 @@ def key_kind(crawl: str, key: str) -> str:
     'frontier ready'
     >>> key_kind("web", "web:bloom:meta"), key_kind("web", "web:start_urls")
     ('bloom', 'seeds')
+    >>> key_kind("web", "web:{web:start_urls}:taken:w1")
+    'seeds'
     """
     tagged = FrontierKeys(crawl).tagged
     if key.startswith(tagged):
         return "frontier " + key[len(tagged) :].split(":", 1)[0]
     if key.startswith(f"{crawl}:{{{crawl}:p"):  # another partition's tag
         return "frontier " + key.split("}:", 1)[1].split(":", 1)[0]
-    if key in (start_urls(crawl), invalid_start_urls(crawl)):
+    if key in (start_urls(crawl), invalid_start_urls(crawl)) or any(
+        fnmatchcase(key, p) for p in seed_patterns(crawl)
+    ):
         return "seeds"
     return key[len(crawl) + 1 :].split(":", 1)[0]
 
@@ -394,6 +400,7 @@ async def crawl_keys(client: aredis.Redis, crawl: str) -> list[str]:
     keys = []
     for pattern in [
         *crawl_patterns(crawl),
+        *seed_patterns(crawl),
         start_urls(crawl),
         invalid_start_urls(crawl),
     ]:

@@ -4,8 +4,8 @@ Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
 ``MAX_IDLE_TIME_BEFORE_CLOSE``, ``WEB_ALLOWED_DOMAINS``,
 ``WEB_SCOPE_SEED_HOSTS``, ``WEBCRAWL_WORKER_ID``, ``LINK_SKIP_EXTENSIONS``,
 ``PARSE_OFFLOAD_BYTES`` (defaults in :mod:`webcrawl.defaults`),
-``REDIS_RETRY_MAX``, ``RECRAWL_ENABLED``, ``MAX_OUTLINKS_PER_PAGE``
-(:mod:`extensions.defaults`) and Scrapy's
+``REDIS_RETRY_MAX``, ``RECRAWL_ENABLED``, ``MAX_OUTLINKS_PER_PAGE``,
+``FRONTIER_HEARTBEAT_INTERVAL`` (:mod:`extensions.defaults`) and Scrapy's
 ``URLLENGTH_LIMIT`` (the longest seed URL accepted; 0 keeps the 2083 cap,
 since a seed is always bounded).
 
@@ -20,6 +20,16 @@ no busy loop) feeds new seeds to the engine while the crawl runs. A failing
 poll backs off (doubling up to ``REDIS_RETRY_MAX``) and keeps trying: Redis
 being away is logged once at WARNING, any other failure at ERROR with its
 traceback each time.
+
+No seed is lost when a worker dies (:mod:`extensions.seeds`, "Hand-over"): a
+take moves the entries to this worker's taken list, each seed request carries
+its entry (``meta["seed_taken"]``), and the entry leaves the list once the
+scheduler has queued the request (signal
+:data:`extensions.signals.seeds_settled`). A beat every
+``FRONTIER_HEARTBEAT_INTERVAL`` (from the crawl's start, while ``start()``
+may wait on the engine) keeps this worker alive to the others and gives back
+the seeds of workers silent for three beats; the spider's close gives back
+what it took and did not hand over.
 
 Every response yields one :class:`~pipelines.items.PageItem`, and so does every
 final failure (download error, HTTP error status, robots.txt exclusion), so a
@@ -58,14 +68,19 @@ from scrapy.utils.sitemap import Sitemap
 
 from extensions import config
 from extensions.config import SettingsError
-from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
+from extensions.connection import TRANSIENT_REDIS_ERRORS, new_async_client
 from extensions.dlq import dead_letter
 from extensions.failures import FAILURE_META, classify_exception
-from extensions.meta import FRONTIER_LEASE, RECRAWL_RECORD, SITEMAP_CHANGEFREQ
-from extensions.scheduler import wake_engine
+from extensions.meta import (
+    FRONTIER_LEASE,
+    RECRAWL_RECORD,
+    SEED_TAKEN,
+    SITEMAP_CHANGEFREQ,
+)
+from extensions.scheduler import DEAD_AFTER_HEARTBEATS, wake_engine, worker_id
 from extensions.seeds import SeedList, seed_url_limit
 from extensions.serialization import UnserializableRequest
-from extensions.signals import request_dead
+from extensions.signals import request_dead, seeds_settled
 from extensions.traps import TrapFiltered
 from pipelines.items import PageItem
 from pipelines.processing import Extracted, extract
@@ -133,6 +148,7 @@ class WebSpider(Spider):
     seed_batch: int
     seed_url_limit: int
     poll_retry_max: float
+    heartbeat: float
     max_idle: float
     worker: str | None
     recrawl: bool
@@ -179,6 +195,7 @@ class WebSpider(Spider):
         spider.seed_batch = s.getint("SEED_BATCH_SIZE")
         spider.seed_url_limit = seed_url_limit(s)
         spider.poll_retry_max = s.getfloat("REDIS_RETRY_MAX")
+        spider.heartbeat = s.getfloat("FRONTIER_HEARTBEAT_INTERVAL")
         spider.max_idle = s.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE")
         spider.offload_bytes = s.getint("PARSE_OFFLOAD_BYTES")
         spider._pool = None
@@ -193,6 +210,8 @@ class WebSpider(Spider):
         spider.recrawl = s.getbool("RECRAWL_ENABLED")
         crawler.signals.connect(spider._on_idle, signal=signals.spider_idle)
         crawler.signals.connect(spider._on_closed, signal=signals.spider_closed)
+        crawler.signals.connect(spider._release_seeds, signal=signals.spider_closed)
+        crawler.signals.connect(spider._on_seeds_settled, signal=seeds_settled)
         for sig in (signals.response_received, signals.item_scraped):
             crawler.signals.connect(spider._on_activity, signal=sig)
         return spider
@@ -201,25 +220,53 @@ class WebSpider(Spider):
 
     def _seed_list(self) -> SeedList:
         if getattr(self, "_seeds", None) is None:
+            # A client of its own: the scheduler closes the shared one when
+            # it closes, and the seeds are given back after that.
             self._seeds = SeedList(
-                async_client(self.crawler), self.name, self.seed_url_limit
+                new_async_client(self.crawler.settings),
+                self.name,
+                self.seed_url_limit,
+                taker=worker_id(),
+                dead_after_ms=int(self.heartbeat * DEAD_AFTER_HEARTBEATS * 1000),
             )
         return self._seeds
 
-    async def _take_seeds(self) -> list[Request]:
-        seeds, invalid = await self._seed_list().take(self.seed_batch)
+    def _on_seeds_settled(self, entries: list[str], **_: Any) -> None:
+        self._seed_list().settle(list(entries))
+
+    def _given_back(self, n: int, broken: int) -> None:
         stats = self.crawler.stats
         assert stats is not None
-        for entry, why in invalid:
+        if n:
+            stats.inc_value("seeds/given_back", n)
+            logger.warning(
+                "Put back on %s %s seeds that stopped workers had taken",
+                self._seed_list().key,
+                n,
+            )
+        if broken:
+            logger.error(
+                "%s taken-seed keys of stopped workers are not lists: left "
+                "alone (see %s*)",
+                broken,
+                self._seed_list().taken_prefix,
+            )
+
+    async def _take_seeds(self) -> list[Request]:
+        taken = await self._seed_list().take(self.seed_batch)
+        self._given_back(taken.given_back, taken.broken)
+        stats = self.crawler.stats
+        assert stats is not None
+        for raw, why in taken.invalid:
             stats.inc_value("seeds/invalid")
             logger.warning(
                 "Invalid seed %r (%s): moved to %s",
-                entry[:200],
+                raw[:200],
                 why,
                 self._seed_list().invalid_key,
             )
         requests = []
-        for seed in seeds:
+        for seed, entry in taken.seeds:
             stats.inc_value("seeds/accepted")
             if self.scope_seed_hosts and not self._arg_domains:
                 host = (urlsplit(seed.url).hostname or "").lower()
@@ -229,7 +276,7 @@ class WebSpider(Spider):
                 Request(
                     seed.url,
                     priority=seed.priority,
-                    meta=seed.meta,
+                    meta={**seed.meta, SEED_TAKEN: entry},
                     errback=self.on_error,
                 )
             )
@@ -238,6 +285,10 @@ class WebSpider(Spider):
     async def start(self) -> AsyncIterator[Any]:
         self._idle_since: float | None = None
         self._poll_failing = False
+        # Beat from the start: start() may wait on the engine for long with
+        # seeds taken, and must not be taken for dead meanwhile.
+        self._beater = asyncio.ensure_future(self._beat_seeds())
+        self._beater.add_done_callback(_report_poller_death)
         while True:
             requests = await self._guarded_take()
             if requests is None:
@@ -298,6 +349,48 @@ class WebSpider(Spider):
                 engine.crawl(request)
             if requests:
                 self._on_activity()
+
+    async def _beat_seeds(self) -> None:
+        """Every heartbeat: be alive to the other takers, settle what the
+        scheduler queued, give back dead takers' seeds. A failing beat is
+        tried at the next one (the poll logs Redis trouble already)."""
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            try:
+                taken = await self._seed_list().take(0)
+            except TRANSIENT_REDIS_ERRORS:
+                continue
+            except Exception:
+                logger.exception("Seed heartbeat failed; tried again")
+                continue
+            self._given_back(taken.given_back, taken.broken)
+
+    async def _release_seeds(self) -> None:
+        """Give back the seeds this worker took and did not hand over (the
+        scheduler has closed: what it queued is settled by now). Should Redis
+        fail here, the entries stay taken and a live worker (or the next
+        run) puts them back after three heartbeats."""
+        beater = getattr(self, "_beater", None)
+        if beater is not None:
+            beater.cancel()
+            await asyncio.wait([beater], timeout=5)
+        if getattr(self, "_seeds", None) is None:
+            return
+        seeds = self._seed_list()
+        try:
+            n = await seeds.release()
+        except TRANSIENT_REDIS_ERRORS as exc:
+            logger.warning(
+                "Could not give back this worker's taken seeds (%s): a live "
+                "worker puts them back after %s heartbeats",
+                type(exc).__name__,
+                DEAD_AFTER_HEARTBEATS,
+            )
+            return
+        finally:
+            await seeds.client.aclose()
+        if n:
+            logger.info("Gave back %s taken seeds to %s", n, self._seed_list().key)
 
     def _on_activity(self, *args: Any, **kwargs: Any) -> None:
         self._idle_since = None
