@@ -78,7 +78,10 @@ end
 # from the seed list into this taker's taken list.
 # KEYS[1] seed list, KEYS[2] takers ZSET, KEYS[3] this taker's taken list.
 # ARGV[1] n, ARGV[2] this taker's id, ARGV[3] dead after (ms), ARGV[4] the
-# taken-list key prefix, ARGV[5..] settled entries.
+# taken-list key prefix, ARGV[5..] settled entries. A dead taker's taken list
+# is ARGV[4] .. its id, built here because the dead are known only inside
+# the script; every taken list is tagged {<prefix>:start_urls}, the slot of
+# KEYS[1] (extensions.keys.seed_taken).
 # Returns {entries given back, broken taken keys skipped, taken entries...}.
 TAKE_LUA = (
     LUA_NOW_MS
