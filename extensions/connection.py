@@ -37,6 +37,7 @@ import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.connection import parse_url
 from redis.exceptions import (
     AuthenticationError,
     AuthorizationError,
@@ -127,14 +128,7 @@ def check_redis(url: str, timeout: float = STARTUP_TIMEOUT) -> bool:
             retry=Retry(NoBackoff(), 0),
         )
     except ValueError as exc:
-        # redis-py quotes the part it could not read (a "port" that may be a
-        # password, in ``redis://user:pw``): quote no part of the URL here.
-        detail = re.sub(
-            r"'([^']*)'", lambda m: "'***'" if m[1] in url else m[0], str(exc)
-        )
-        raise RedisUnavailable(
-            f"REDIS_URL={where} is not a Redis URL: {detail}"
-        ) from None
+        raise _not_a_url(url, exc) from None
     try:
         client.ping()
         cluster = _cluster_enabled(client)
@@ -165,6 +159,24 @@ def check_redis(url: str, timeout: float = STARTUP_TIMEOUT) -> bool:
         client.close()
     _CLUSTER_URLS[url] = cluster
     return cluster
+
+
+def _not_a_url(url: str, exc: ValueError) -> RedisUnavailable:
+    """The error for a URL redis-py cannot read. redis-py quotes the part it
+    could not read (a "port" that may be a password, in ``redis://user:pw``):
+    quote no part of the URL."""
+    detail = re.sub(r"'([^']*)'", lambda m: "'***'" if m[1] in url else m[0], str(exc))
+    return RedisUnavailable(f"REDIS_URL={redact_url(url)} is not a Redis URL: {detail}")
+
+
+def check_url(url: str) -> None:
+    """Raise :class:`RedisUnavailable` (password masked) when redis-py cannot
+    read ``url``; no I/O. For the paths that build a client without
+    :func:`check_redis` first (the operator commands)."""
+    try:
+        parse_url(url)
+    except ValueError as exc:
+        raise _not_a_url(url, exc) from None
 
 
 def _cluster_enabled(client: redis.Redis) -> bool:

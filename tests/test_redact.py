@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from scrapy.settings import Settings
 
 from extensions.connection import RedisUnavailable, check_redis
 from extensions.redact import redact_url
+from webcrawl.operate import client_for
 
 SECRET = "s3cr3t"
 
@@ -72,4 +74,14 @@ def test_a_malformed_redis_url_keeps_its_password_out_of_the_error(url: str) -> 
     """redis-py's own message quotes the "port" it could not read."""
     with pytest.raises(RedisUnavailable, match="is not a Redis URL") as info:
         check_redis(url, timeout=0.5)
+    assert "cr3t" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["redis://alice:s3cr3t", "redis://:s3cr3t/0"])
+def test_an_operator_command_keeps_a_malformed_urls_password_out(url: str) -> None:
+    """The commands' client (``scrapy status``, ``dlq``, ``reset``, the
+    status page) reads the URL before building a client: one line, no
+    password, rather than redis-py's ValueError quoting it."""
+    with pytest.raises(RedisUnavailable, match="is not a Redis URL") as info:
+        client_for(Settings({"REDIS_URL": url}))
     assert "cr3t" not in str(info.value)

@@ -28,6 +28,8 @@ from extensions import config
 from extensions.bloom import AsyncBloomFilter, BloomConfig
 from extensions.connection import (
     TRANSIENT_REDIS_ERRORS,
+    RedisUnavailable,
+    check_url,
     cluster_mode,
     info_per_master,
     new_async_client,
@@ -97,12 +99,17 @@ class OperatorCommand(ScrapyCommand):
             url = redact_url(resolve_redis_url(settings))
             print(f"Redis unreachable at {url}: {exc}", file=sys.stderr)
             raise SystemExit(1) from None
+        except RedisUnavailable as exc:  # already one line, password masked
+            print(exc, file=sys.stderr)
+            raise SystemExit(1) from None
 
 
 def client_for(settings: BaseSettings) -> aredis.Redis:
     """An asyncio client for a command or the status page's threads (a
     cluster client on a cluster: :func:`cluster_mode` may probe, blocking,
-    which is fine outside a crawl's reactor)."""
+    which is fine outside a crawl's reactor). A URL redis-py cannot read
+    raises :class:`RedisUnavailable`, its password masked."""
+    check_url(resolve_redis_url(settings))
     cluster_mode(settings)
     return new_async_client(settings)
 
