@@ -14,8 +14,8 @@ from extensions.keys import FrontierKeys, seed_taken, seed_takers, start_urls
 from extensions.meta import SEED_TAKEN
 from extensions.seeds import SeedList, Taken
 from extensions.signals import seeds_settled
-from tests.test_host_down import run
 from tests.test_scheduler import drain, make_crawler, opened, wait_for
+from tests.utils import run_redis
 
 SEEDS, TAKERS = start_urls("web"), seed_takers("web")
 
@@ -41,7 +41,7 @@ def test_take_moves_entries_to_the_taken_list_until_settled(
         seeds.settle([entry for _, entry in first.seeds])
         return first, held, await seeds.take(10)
 
-    first, held, second = run(redis_url, body)
+    first, held, second = run_redis(redis_url, body)
     # Oldest first; the entries moved, not copied; the invalid one recorded.
     assert _urls(first) == ["http://a.test/1", "http://a.test/2"]
     assert [entry for _, entry in first.seeds] == ["http://a.test/1", "http://a.test/2"]
@@ -72,7 +72,7 @@ def test_a_dead_takers_seeds_go_back_to_the_head_of_the_list(
         await client.zadd(TAKERS, {"w1": 0})
         return dead, alive, await _list(client, "w2").take(2)
 
-    dead, alive, taken = run(redis_url, body)
+    dead, alive, taken = run_redis(redis_url, body)
     assert _urls(dead) == ["http://a.test/1", "http://a.test/2", "http://a.test/3"]
     assert taken.given_back == 3 and alive.given_back == 0
     assert _urls(taken) == ["http://a.test/1", "http://a.test/2"]
@@ -93,7 +93,7 @@ def test_a_live_takers_seeds_stay_taken(
         await _list(client, "w1").take(1)
         return await _list(client, "w2").take(5)
 
-    taken = run(redis_url, body)
+    taken = run_redis(redis_url, body)
     assert taken.seeds == [] and taken.given_back == 0
     assert redis_client.lrange(seed_taken("web", "w1"), 0, -1) == [b"http://a.test/1"]
 
@@ -109,7 +109,7 @@ def test_release_settles_gives_back_the_rest_and_leaves(
         seeds.settle([taken.seeds[1][1]])  # only the second was queued
         return await seeds.release()
 
-    assert run(redis_url, body) == 2
+    assert run_redis(redis_url, body) == 2
     assert redis_client.lrange(SEEDS, 0, -1) == [b"http://a.test/3", b"http://a.test/1"]
     assert not redis_client.exists(seed_taken("web", "w1"))
     assert redis_client.zcard(TAKERS) == 0
@@ -123,7 +123,7 @@ def test_a_broken_taken_key_is_left_alone(
     redis_client.zadd(TAKERS, {"w1": 0})
     redis_client.lpush(SEEDS, "http://a.test/1")
 
-    taken = run(redis_url, lambda client: _list(client, "w2").take(1))
+    taken = run_redis(redis_url, lambda client: _list(client, "w2").take(1))
     assert (taken.broken, taken.given_back, _urls(taken)) == (1, 0, ["http://a.test/1"])
     assert redis_client.get(seed_taken("web", "w1")) == b"not a list"
     assert redis_client.zscore(TAKERS, "w1") is None
@@ -146,7 +146,7 @@ def test_settled_entries_survive_a_failed_take(redis_url: str) -> None:
             await broken.aclose()
         return list(seeds._settled)
 
-    assert run(redis_url, body) == ["http://a.test/1"]
+    assert run_redis(redis_url, body) == ["http://a.test/1"]
 
 
 def test_scheduler_settles_seeds_once_queued_or_refused(redis_url: str) -> None:
