@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from lxml.etree import LxmlError
+from redis.exceptions import ResponseError
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import HtmlResponse, Response
@@ -360,7 +361,10 @@ class WebSpider(Spider):
                 taken = await self._seed_list().take(0)
             except TRANSIENT_REDIS_ERRORS:
                 continue
-            except Exception:
+            except ResponseError:
+                # Redis refused the script (out of memory, a key of another
+                # type): tried again at the next beat. Anything else is a bug:
+                # it ends the task, and _report_poller_death logs it.
                 logger.exception("Seed heartbeat failed; tried again")
                 continue
             self._given_back(taken.given_back, taken.broken)
@@ -651,10 +655,12 @@ class WebSpider(Spider):
 
 
 def _report_poller_death(task: asyncio.Future[None]) -> None:
-    """The seed poller never ends but by cancellation: say so if it does."""
+    """The seed poller and heartbeat never end but by cancellation: say so
+    if one does (a bug)."""
     if not task.cancelled() and task.exception() is not None:
         logger.error(
-            "The seed poller stopped: no new seeds will be taken by this worker",
+            "A seed task stopped (the poller: no new seeds will be taken by "
+            "this worker; the heartbeat: its taken seeds go to other workers)",
             exc_info=task.exception(),
         )
 

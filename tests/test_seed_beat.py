@@ -1,0 +1,60 @@
+"""The spider's seed heartbeat: a refusal by Redis is logged and tried again
+at the next beat; a bug stops the beat and surfaces (its task's done
+callback logs it), rather than being logged at every beat forever. Against
+a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from extensions.keys import seed_takers
+from tests.utils import get_crawler
+from webcrawl.spiders.web import WebSpider
+
+if TYPE_CHECKING:
+    import redis
+
+
+def _spider(redis_url: str) -> WebSpider:
+    crawler = get_crawler(
+        WebSpider, {"REDIS_URL": redis_url, "FRONTIER_HEARTBEAT_INTERVAL": 0.01}
+    )
+    spider = WebSpider.from_crawler(crawler)
+    crawler.spider = spider
+    return spider
+
+
+def _beat(spider: WebSpider) -> BaseException | None:
+    """Run the heartbeat for a few dozen beats: what it stopped on, if it
+    stopped."""
+
+    async def main() -> BaseException | None:
+        task = asyncio.ensure_future(spider._beat_seeds())
+        await asyncio.sleep(0.3)
+        try:
+            return task.exception() if task.done() else None
+        finally:
+            task.cancel()
+            await spider._seed_list().client.aclose()
+
+    return asyncio.run(main())
+
+
+def test_a_redis_refusal_keeps_the_heartbeat_going(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    redis_client.set(seed_takers("web"), "not a ZSET")  # WRONGTYPE on every beat
+    assert _beat(_spider(redis_url)) is None
+
+
+def test_a_bug_in_the_heartbeat_surfaces(redis_url: str) -> None:
+    spider = _spider(redis_url)
+    seeds = spider._seed_list()
+
+    async def broken(n: int) -> None:
+        raise AttributeError("a bug")
+
+    seeds.take = broken  # type: ignore[method-assign]
+    stopped = _beat(spider)
+    assert isinstance(stopped, AttributeError)
