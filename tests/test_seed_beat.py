@@ -8,9 +8,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from scrapy.crawler import Crawler
+from scrapy.settings import Settings
+
+from extensions import defaults
 from extensions.keys import seed_takers
 from tests.utils import get_crawler
-from webcrawl.spiders.web import WebSpider
+from webcrawl.spiders.web import ANCHORS_PER_OUTLINK, WebSpider
 
 if TYPE_CHECKING:
     import redis
@@ -58,3 +62,13 @@ def test_a_bug_in_the_heartbeat_surfaces(redis_url: str) -> None:
     seeds.take = broken  # type: ignore[method-assign]
     stopped = _beat(spider)
     assert isinstance(stopped, AttributeError)
+
+
+def test_the_spider_reads_the_extensions_defaults_before_the_add_on_runs() -> None:
+    """Scrapy builds the spider before the add-ons run: settings the spider
+    reads from the extensions' defaults must not read as 0 (a heartbeat of
+    0 beat the seed list in a busy loop, and every other taker looked dead)."""
+    spider = WebSpider.from_crawler(Crawler(WebSpider, Settings()))
+    assert spider.heartbeat == defaults.FRONTIER_HEARTBEAT_INTERVAL
+    assert spider.poll_retry_max == defaults.REDIS_RETRY_MAX
+    assert spider.max_anchors == defaults.MAX_OUTLINKS_PER_PAGE * ANCHORS_PER_OUTLINK

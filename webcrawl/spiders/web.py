@@ -67,6 +67,7 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.gz import gunzip
 from scrapy.utils.sitemap import Sitemap
 
+import extensions.defaults
 from extensions import config
 from extensions.config import SettingsError
 from extensions.connection import TRANSIENT_REDIS_ERRORS, new_async_client
@@ -176,9 +177,13 @@ class WebSpider(Spider):
     @classmethod
     def update_settings(cls, settings: BaseSettings) -> None:
         # The spider reads its settings in from_crawler, before the add-on
-        # runs: it installs its own defaults (the add-on does it again, and
-        # checks them, before the crawl starts).
+        # runs: it installs the defaults of what it reads, its own and the
+        # extensions' (FRONTIER_HEARTBEAT_INTERVAL, MAX_OUTLINKS_PER_PAGE,
+        # REDIS_RETRY_MAX: read as 0 otherwise, a heartbeat of 0 beat in a
+        # busy loop). The add-on does it again, and checks them, before the
+        # crawl starts.
         super().update_settings(settings)
+        config.install(settings, extensions.defaults)
         config.install(settings, defaults)
 
     @classmethod
