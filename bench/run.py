@@ -494,6 +494,8 @@ def micro(module: str, args: list[str], timeout: float) -> str:
     except subprocess.TimeoutExpired:
         body = f"timed out after {timeout:.0f} s"
     shown = " ".join(["python", "-m", module, *args])
+    if body.startswith(f"### {module}\n"):
+        return body  # the module writes its own Markdown section
     return f"### {module}\n\n`{shown}`\n\n```\n{body}\n```"
 
 
