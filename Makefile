@@ -39,7 +39,7 @@ bench-quick: $(STAMP)
 	$(PY) -m bench.run --quick
 
 stop-redis: $(STAMP)
-	$(PY) -m extensions.embedded_redis stop
+	$(PY) -m extensions.connection.embedded stop
 
 clean:
 	rm -rf $(VENV) .webcrawl .mypy_cache .ruff_cache .pytest_cache

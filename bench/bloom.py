@@ -3,7 +3,7 @@
 Run: ``python -m bench.bloom --n 10000000`` (default ``--n 1000000``;
 ``--quick`` is 50,000 for CI). It starts a throw-away redis-server (no AOF),
 sizes a Bloom filter for ``capacity = N`` at ``--error-rate``, inserts N
-generated URLs through :class:`extensions.bloom.BloomFilter` (test-and-set, in
+generated URLs through :class:`extensions.core.bloom.BloomFilter` (test-and-set, in
 pipelines of ``--batch`` keys), probes N other URLs read-only, then stores the
 same N fingerprints the way scrapy-redis does (40-character hex strings in one
 SET) and prints:
@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from extensions.bloom import (
+from extensions.connection.embedded import RedisProcess
+from extensions.core.bloom import (
     BloomConfig,
     BloomFilter,
     bloom_bound_bytes_per_item,
     expected_fp_rate,
     info_bound_bytes_per_item,
 )
-from extensions.embedded_redis import RedisProcess
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -182,7 +182,7 @@ def geometry_report(
 ) -> str:  # fmt: skip
     """The default scalable geometry (``BloomConfig()``) at ``points`` items:
     its layers' bits against an optimal filter's for the same items at their
-    compound bound (:meth:`extensions.bloom.BloomConfig.overhead`)."""
+    compound bound (:meth:`extensions.core.bloom.BloomConfig.overhead`)."""
     config = BloomConfig()
     lines = ["items          layers  MB        compound bound  bits / optimal"]
     for n in points:

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from demo.fleet import push_seeds, worker_command, worker_env
-from extensions.embedded_redis import RedisProcess
+from extensions.connection.embedded import RedisProcess
 from sandbox.process import SandboxProcess
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Cost of one fleet-stats fold (:mod:`extensions.fleetstats`) in Redis.
+"""Cost of one fleet-stats fold (:mod:`extensions.extensions.fleetstats`) in Redis.
 
 Run: ``python -m bench.fold [--folds 2000]``. Starts a throw-away
 redis-server, folds a worker's stats ``--folds`` times (each fold adds four
@@ -20,8 +20,8 @@ import redis
 from scrapy import Spider
 from scrapy.utils.test import get_crawler
 
-from extensions.embedded_redis import RedisProcess
-from extensions.fleetstats import FleetStats
+from extensions.connection.embedded import RedisProcess
+from extensions.extensions.fleetstats import FleetStats
 from webcrawl.addon import WebcrawlDefaults
 
 COUNTERS = (

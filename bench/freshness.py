@@ -3,10 +3,12 @@
 ``python -m bench.freshness [--web measured|classes] [--interval U ...]
 [--budget B ...] [--pages N] [--seed S] [--memory N] [--ceilings]``
 
-A simulation, driven by the real policy functions of :mod:`extensions.recrawl`
-(:func:`~extensions.recrawl.uniform_interval`,
-:func:`~extensions.recrawl.adaptive_interval` and
-:func:`~extensions.recrawl.budgeted_interval`, the default) over the sandbox's
+A simulation, driven by the real policy functions of
+:mod:`extensions.extensions.recrawl`
+(:func:`~extensions.extensions.recrawl.uniform_interval`,
+:func:`~extensions.extensions.recrawl.adaptive_interval` and
+:func:`~extensions.extensions.recrawl.budgeted_interval`, the default) over the
+sandbox's
 own change model (:class:`sandbox.changes.ChangeModel`: a seeded Poisson
 process per page). The web (``--web``, fixed before any policy was measured):
 ``measured`` (the default), the spread of change rates Cho and Garcia-Molina
@@ -56,7 +58,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from extensions.recrawl import (
+from extensions.extensions.recrawl import (
     Bounds,
     History,
     Visit,
@@ -233,7 +235,7 @@ def simulate(
             f, a = account(j, last_fetch[j], t)
             fresh_time += f
             age_time += a
-            # What extensions.recrawl.next_visit keeps: the interval that
+            # What extensions.extensions.recrawl.next_visit keeps: the interval that
             # led here, not the (possibly later) actual gap.
             history[j] = history[j].add(previous, was_changed)
         if t >= start:
@@ -320,8 +322,8 @@ def schedule_memory(n: int) -> dict[str, float]:
 
     import redis.asyncio as aredis
 
-    from extensions.embedded_redis import RedisProcess
-    from extensions.recrawl import HASH_CHARS, Record, RecrawlSchedule
+    from extensions.connection.embedded import RedisProcess
+    from extensions.extensions.recrawl import HASH_CHARS, Record, RecrawlSchedule
     from pipelines.stores.sqlite import SQLiteStore
 
     spec = SiteSpec(seed=1, hosts=100, pages_per_host=max(1, n // 100))
@@ -329,7 +331,7 @@ def schedule_memory(n: int) -> dict[str, float]:
             for k in range(spec.pages_on(i))][:n]  # fmt: skip
 
     def sha(url: str) -> str:
-        # What the extension keeps of a page's SHA-256 (extensions.recrawl).
+        # What the extension keeps of a page's SHA-256 (extensions.extensions.recrawl).
         return hashlib.sha256(url.encode()).hexdigest()[:HASH_CHARS]
 
     def etag(url: str) -> str:
@@ -357,7 +359,7 @@ def schedule_memory(n: int) -> dict[str, float]:
         data = await client.memory_usage(keys.recrawl_data, samples=0) or 0
         await client.delete(keys.recrawl, keys.recrawl_data)
         # Store-side: every next visit in the store, then one refill of the
-        # window (what extensions.recrawl.Recrawler._refill does).
+        # window (what extensions.extensions.recrawl.Recrawler._refill does).
         now = await schedule.now_ms()
         store.schedule_put([(u, now + STORE_SPREAD_S * 1000 * j // count, r.to_json())
                             for j, (u, r) in enumerate(records)])  # fmt: skip

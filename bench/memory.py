@@ -21,10 +21,10 @@ Redis bytes are ``MEMORY USAGE key SAMPLES 0`` summed over every key of a fresh
 The spill effect: the same ``N`` requests committed as a worker does with
 ``FRONTIER_HOST_QUEUE_MAX`` = a tenth of each host's share (so the queues
 grow 10x past the cap), the refused ones written to a SQLite page store by
-:class:`extensions.spill.FrontierSpill`; Redis bytes with the cap against
+:class:`extensions.core.frontier.spill.FrontierSpill`; Redis bytes with the cap against
 webcrawl's without it.
 
-Reads no settings (``extensions.defaults`` gives the Bloom error rate).
+Reads no settings (``extensions.settings.defaults`` gives the Bloom error rate).
 """
 
 from __future__ import annotations
@@ -45,12 +45,12 @@ import redis.asyncio as aredis
 from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
-from extensions import defaults
-from extensions.bloom import BloomConfig, BloomFilter, bloom_bound_bytes_per_item
-from extensions.embedded_redis import RedisProcess
-from extensions.frontier import Frontier, QueuedRequest
-from extensions.hosts import host_key
-from extensions.serialization import request_to_bytes
+from extensions.connection.embedded import RedisProcess
+from extensions.core.bloom import BloomConfig, BloomFilter, bloom_bound_bytes_per_item
+from extensions.core.frontier.frontier import Frontier, QueuedRequest
+from extensions.core.frontier.serialization import request_to_bytes
+from extensions.settings import defaults
+from extensions.utils.hosts import host_key
 from pipelines import defaults as pipeline_defaults
 from pipelines.dedup import DuplicateIndex
 
@@ -175,7 +175,7 @@ async def _commit_capped(url: str, n: int, cap: int, home: str) -> int:
     """Commit ``n`` requests as a worker does under ``cap`` (write ahead,
     commit, write the refused ones to the spill store); returns how many
     were spilled."""
-    from extensions.spill import FrontierSpill
+    from extensions.core.frontier.spill import FrontierSpill
 
     client = aredis.Redis.from_url(url)
     crawler = get_crawler(

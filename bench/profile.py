@@ -44,23 +44,23 @@ ROOT = Path(__file__).resolve().parent.parent
 # Project file (relative to the repository root) -> component. Order matters
 # only for the prefixes (first match wins).
 COMPONENTS: list[tuple[str, str | None]] = [
-    ("extensions/robots.py", "mw: robots"),
-    ("extensions/politeness.py", "mw: politeness/lock"),
-    ("extensions/locks.py", "mw: politeness/lock"),
-    ("extensions/hosts.py", "mw: politeness/lock"),
-    ("extensions/addresses.py", "mw: addresses/SSRF"),
-    ("extensions/backoff.py", "mw: backoff"),
-    ("extensions/failures.py", "mw: backoff"),
-    ("extensions/charsets.py", "mw: charsets"),
-    ("extensions/traps.py", "spider mw: traps"),
+    ("extensions/downloadermiddlewares/robotstxt.py", "mw: robots"),
+    ("extensions/downloadermiddlewares/politeness.py", "mw: politeness/lock"),
+    ("extensions/connection/locks.py", "mw: politeness/lock"),
+    ("extensions/core/frontier/hostrecord.py", "mw: politeness/lock"),
+    ("extensions/downloadermiddlewares/ssrf.py", "mw: addresses/SSRF"),
+    ("extensions/downloadermiddlewares/backoff.py", "mw: backoff"),
+    ("extensions/utils/failures.py", "mw: backoff"),
+    ("extensions/downloadermiddlewares/charsets.py", "mw: charsets"),
+    ("extensions/spidermiddlewares/traps.py", "spider mw: traps"),
     ("webcrawl/spiders/", "spider (parse, links)"),
     ("bench/spiders/", "spider (parse, links)"),
     ("pipelines/processing.py", "pipeline: prepare_page"),
     ("pipelines/batching.py", "pipeline: prepare_page"),
     ("pipelines/dedup.py", "pipeline: near-dup index"),
     ("pipelines/", "pipeline: store, batching"),
-    ("extensions/metrics.py", "stats/metrics"),
-    ("extensions/fleetstats.py", "stats/metrics"),
+    ("extensions/extensions/metrics.py", "stats/metrics"),
+    ("extensions/extensions/fleetstats.py", "stats/metrics"),
     ("extensions/", "scheduler (frontier, dupefilter, Redis)"),
     ("webcrawl/commands/", None),  # the entry point: on every stack
     ("webcrawl/", "webcrawl other"),
@@ -75,7 +75,7 @@ _FRAME = re.compile(r"\((?P<file>[^():]+):\d+\)$")
 def component(path: str) -> str | None:
     """The component of a frame's file, or None outside this project.
 
-    >>> component(str(ROOT / "extensions" / "robots.py"))
+    >>> component(str(ROOT / "extensions/downloadermiddlewares/robotstxt.py"))
     'mw: robots'
     >>> component("pipelines/dedup.py")  # py-spy names files by sys.path entry
     'pipeline: near-dup index'

@@ -34,7 +34,7 @@ import scrapy
 
 from bench.crawlers import Crawler, Run, RunResult, crawl
 from bench.memory import measure
-from extensions.embedded_redis import find_redis_binary
+from extensions.connection.embedded import find_redis_binary
 from sandbox.site import SiteSpec
 
 if TYPE_CHECKING:

@@ -31,8 +31,8 @@ import statistics
 import time
 from typing import TYPE_CHECKING, Any
 
-from extensions.canonical import canonicalize_url
-from extensions.defaults import MAX_OUTLINKS_PER_PAGE
+from extensions.settings.defaults import MAX_OUTLINKS_PER_PAGE
+from extensions.utils.url import canonicalize_url
 from pipelines import processing
 from sandbox.hostile import MANY_LINKS, many_links_body
 from sandbox.site import HTML

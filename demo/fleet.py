@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from extensions.embedded_redis import find_redis_binary
+from extensions.connection.embedded import find_redis_binary
 from sandbox.resolver import SANDBOX_RESOLVER
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ Cluster keeps them in one slot; keys that are only ever used alone (robots,
 Bloom shards) carry their own tag or none, so a cluster spreads them.
 
 Partitions (``FRONTIER_PARTITIONS`` = P): each host belongs to one partition
-(:func:`extensions.hosts.host_partition`), and every ``web:{web}:...`` key of
+(:func:`extensions.utils.hosts.host_partition`), and every ``web:{web}:...`` key of
 the table but three exists once per partition, under that partition's tag:
 partition 0 keeps ``{web}`` (so P=1 is exactly the one-partition layout), and
 partition i > 0 uses ``{web:p<i>}`` or ``{web:p<i>.<n>}``
@@ -46,7 +46,7 @@ key                             type    what it holds
                                         ``spilled``, ``spilling``,
                                         ``spill_low``; each field is
                                         documented by its owner,
-                                        :mod:`extensions.hosts`
+                                        :mod:`extensions.core.frontier.hostrecord`
 ``web:{web}:delayed``           ZSET    retries not due yet: host, priority
                                         and request -> due time (ms)
 ``web:{web}:dlq``               HASH    dead-letter queue: URL -> JSON entry
@@ -110,7 +110,7 @@ key                             type    what it holds
                                         (the page store holds the rest)
 ==============================  ======  =========================================
 
-``<host>`` is the frontier's dispatch key, :func:`extensions.hosts.host_key`:
+``<host>`` is the frontier's dispatch key, :func:`extensions.utils.hosts.host_key`:
 ``scheme://host:port`` lowercased with the default port made explicit, the
 identity RFC 9309 gives a robots.txt (it applies to one scheme, host and port),
 so the robots cache, the queues and the host records all share it. Scrapy's
@@ -210,7 +210,7 @@ class FrontierKeys:
         return self.host_prefix + host
 
     def spill_lock(self, host: str) -> str:
-        """The refill lock of one host (:mod:`extensions.spill`).
+        """The refill lock of one host (:mod:`extensions.core.frontier.spill`).
 
         >>> FrontierKeys("web").spill_lock("http://a.test:80")
         'web:{web}:spill:lock:http://a.test:80'
@@ -242,7 +242,8 @@ def partition_patterns(prefix: str) -> list[str]:
 
 
 class StatsKeys:
-    """Names of one crawl's fleet statistics keys (:mod:`extensions.fleetstats`).
+    """Names of one crawl's fleet statistics keys
+    (:mod:`extensions.extensions.fleetstats`).
 
     All share the ``{<prefix>:stats}`` hash tag: one script updates them.
 
@@ -377,7 +378,8 @@ def host_lock(
     """The per-host download lock under the hash tag of its host's partition,
     so the lock script can read the host record and set the lock in one call
     on a cluster too (``lock_id``: a host key, a registered domain or an IP;
-    the latter two need one partition, see :mod:`extensions.politeness`).
+    the latter two need one partition, see
+    :mod:`extensions.downloadermiddlewares.politeness`).
 
     >>> host_lock("web", "http://a.test:80")
     'web:{web}:lock:http://a.test:80'

@@ -41,7 +41,7 @@ ROBOTS_FETCH = "robots_fetch"
 #: verdict's reason (``"dns"``: ``DNS_DOWN_AFTER``).
 HOST_DOWN = "host_down"
 
-#: A revisit's record (a list set by :mod:`extensions.recrawl`: the previous
+#: A revisit's record (a list set by :mod:`extensions.extensions.recrawl`: the previous
 #: visit's interval, validators and content hash); the spider copies it into
 #: the item, whose ``recrawl`` attribute bears the same name.
 RECRAWL_RECORD = "recrawl"
@@ -51,8 +51,13 @@ RECRAWL_RECORD = "recrawl"
 SITEMAP_CHANGEFREQ = "changefreq"
 
 #: The seed-list entry a seed request was made from (a str, set by the
-#: spider when it takes the seed, :mod:`extensions.seeds`). The scheduler
+#: spider when it takes the seed, :mod:`extensions.core.seeds`). The scheduler
 #: takes it off the request and, once the request is queued in the frontier
 #: (or refused before it), sends :data:`extensions.signals.seeds_settled`
 #: with it, so the entry leaves the worker's taken list only then.
 SEED_TAKEN = "seed_taken"
+
+# Meta keys: the failure record a request carries from attempt to attempt,
+# and the delay the scheduler reads (and strips) when it queues a retry.
+FAILURE_META = "failure"
+DELAY_META = "frontier_delay_ms"

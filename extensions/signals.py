@@ -12,14 +12,15 @@
 ``request_dead``
     A request's story ended in a terminal failure (its retry budget spent, a
     refusal, a redirect loop). Argument: ``letter``, an
-    :class:`extensions.dlq.DeadLetter` (build it with
-    :func:`extensions.dlq.dead_letter`). The scheduler writes it to the
+    :class:`extensions.core.frontier.deadletters.DeadLetter` (build it with
+    :func:`extensions.core.frontier.deadletters.dead_letter`). The scheduler writes it
+    to the
     dead-letter queue before it acknowledges the request's lease. The spider
     sends it from its final-failure errback; components that end a request
     elsewhere send it too.
 
 ``seeds_settled``
-    Seeds taken from the seed list (:mod:`extensions.seeds`) no longer need
+    Seeds taken from the seed list (:mod:`extensions.core.seeds`) no longer need
     their entries: their requests are queued in the frontier (written ahead
     and committed, so a live worker queues them should this one die), or
     were refused before the scheduler (an offsite seed, counted by its
@@ -33,7 +34,7 @@
     (a redirect loop, a redirect refused when scheduled) or by a frontier
     script (the host-down sweep of a host's queued and delayed requests, the
     commit's diversion of a down host's new URLs). Argument: ``letters``, a
-    list of :class:`extensions.dlq.DeadLetter` (a page of at most
+    list of :class:`extensions.core.frontier.deadletters.DeadLetter` (a page of at most
     ``DeadLetters.unrecorded``'s size). The scheduler sends it once they are
     in the dead-letter queue; whoever records failed pages (the storage
     pipeline) records each, as it does the spider's final failures. Sent

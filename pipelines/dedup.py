@@ -36,7 +36,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from extensions import keys
-from extensions.scripts import script
+from extensions.connection.scripts import script
 from pipelines import defaults
 
 if TYPE_CHECKING:

@@ -2,16 +2,16 @@
 
 One comment line per setting (the README's settings table is generated from
 them by :mod:`webcrawl.docs`); type and allowed range beside each default
-(see :mod:`extensions.config`). The webcrawl add-on installs them at
+(see :mod:`extensions.settings.config`). The webcrawl add-on installs them at
 ``default`` priority and refuses values outside their range at start; used
-without the add-on: ``extensions.config.install(settings, pipelines.defaults)``.
+without the add-on: ``extensions.settings.config.install(settings, pipelines.defaults)``.
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from extensions.config import Range
+from extensions.settings.config import Range
 
 # --- Page processing and storage (pipelines.storage, pipelines.stores) -------
 # Pages written to the page store per batch.

@@ -9,12 +9,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from extensions.serialization import CorruptEntry, request_from_bytes
+from extensions.core.frontier.serialization import CorruptEntry, request_from_bytes
 
 if TYPE_CHECKING:
     from scrapy.utils.request import RequestFingerprinterProtocol
 
-    from extensions.dlq import DeadLetter
+    from extensions.core.frontier.deadletters import DeadLetter
     from pipelines.processing import Extracted
 
 
@@ -28,7 +28,7 @@ class PageItem:
     frontier interprets it.
 
     ``recrawl`` is the revisit record the continuous-crawl extension put in
-    the request's meta (``extensions.recrawl``), opaque here like ``lease``;
+    the request's meta (``extensions.extensions.recrawl``), opaque here like ``lease``;
     ``changefreq`` a sitemap's ``<changefreq>`` for the page (a revisit hint).
     ``content_hash`` is filled in by the storage pipeline, so whoever hears
     that the item was stored can tell whether the page changed.
@@ -78,7 +78,7 @@ def dead_letter_item(
     would have taken in the store.
 
     >>> from scrapy.utils.test import get_crawler
-    >>> from extensions.dlq import DeadLetter
+    >>> from extensions.core.frontier.deadletters import DeadLetter
     >>> fp = get_crawler().request_fingerprinter
     >>> item = dead_letter_item(DeadLetter("http://a.test/", "http://a.test:80",
     ...     "host_down", "http://a.test/", error="host down"), fp)

@@ -44,7 +44,10 @@ from resiliparse.parse.html import HTMLTree
 from w3lib.encoding import html_to_unicode, resolve_encoding
 from w3lib.url import safe_url_string
 
-from extensions.charsets import fallback_encoding, is_text_encoding
+from extensions.downloadermiddlewares.charsets import (
+    fallback_encoding,
+    is_text_encoding,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -166,7 +169,8 @@ def decode_html(
         return html_to_unicode(content_type, body, auto_detect_fun=_detect_encoding)
     except LookupError:
         # A label naming a codec that is no text encoding (charset=base64,
-        # <meta charset=rot13>): decode as extensions.charsets would.
+        # <meta charset=rot13>): decode as extensions.downloadermiddlewares.charsets
+        # would.
         fallback = declared if is_text_encoding(declared) else fallback_encoding(body)
         return html_to_unicode(f"text/html; charset={fallback}", body)
 

@@ -58,8 +58,9 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import ResponseError
 from scrapy.exceptions import NotConfigured
 
-from extensions import config, signals
+from extensions import signals
 from extensions.connection import TRANSIENT_REDIS_ERRORS
+from extensions.settings import config
 from pipelines import defaults
 from pipelines.batching import PageBatcher, PreparedPage, prepare_page
 from pipelines.dedup import EXACT, Duplicate, DuplicateIndex
@@ -71,7 +72,7 @@ from pipelines.stores.base import NOT_MODIFIED, TransientStoreError
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-    from extensions.dlq import DeadLetter
+    from extensions.core.frontier.deadletters import DeadLetter
     from pipelines.stores.base import BatchResult
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 import redis
 
-from extensions.embedded_redis import RedisProcess
+from extensions.connection.embedded import RedisProcess
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

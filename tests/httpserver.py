@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from extensions import defaults
-from extensions.politeness import DOWNLOADER_MIDDLEWARES
+from extensions.downloadermiddlewares import POLITENESS_MIDDLEWARES
+from extensions.settings import defaults
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -171,7 +171,7 @@ class Crawl:
         self.stats = tmp / f"{name}.stats.json"
         base = {
             "REDIS_URL": redis_url,
-            "DOWNLOADER_MIDDLEWARES": json.dumps(DOWNLOADER_MIDDLEWARES),
+            "DOWNLOADER_MIDDLEWARES": json.dumps(POLITENESS_MIDDLEWARES),
             # The middlewares without the rest of the add-on: their defaults.
             "ADDONS": json.dumps({"webcrawl.addon.WebcrawlDefaults": 0}),
             "TELNETCONSOLE_ENABLED": "False",

@@ -11,7 +11,11 @@ from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler, get_reactor_settings
 
-from extensions.embedded_redis import StopIfNeverOpened, find_or_start, stop_embedded
+from extensions.connection.embedded import (
+    StopIfNeverOpened,
+    find_or_start,
+    stop_embedded,
+)
 from webcrawl.addon import DUPEFILTER, ITEM_PIPELINES, SCHEDULER, Webcrawl
 from webcrawl.spiders.web import WebSpider
 
@@ -32,7 +36,9 @@ def test_switches_components_on(redis_url: str) -> None:
     assert s["DUPEFILTER_CLASS"] == DUPEFILTER
     assert s.getbool("ROBOTSTXT_OBEY") is False
     mws = s.getdict("DOWNLOADER_MIDDLEWARES")
-    assert mws["extensions.politeness.PolitenessMiddleware"] == 950
+    assert (
+        mws["extensions.downloadermiddlewares.politeness.PolitenessMiddleware"] == 950
+    )
     assert mws["scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"] is None
     assert s.getdict("ITEM_PIPELINES") == ITEM_PIPELINES
 

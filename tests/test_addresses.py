@@ -25,13 +25,13 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet.address import IPv4Address
 
 from demo.fleet import push_seeds, start_worker, wait_all
-from extensions.addresses import (
+from extensions.connection.embedded import find_redis_binary, free_port
+from extensions.downloadermiddlewares.ssrf import (
     AddressGuard,
     AddressPolicy,
     BlockedAddress,
     GuardedResolver,
 )
-from extensions.embedded_redis import find_redis_binary, free_port
 from tests.httpserver import LogServer, reply
 from tests.utils import get_crawler
 

@@ -15,7 +15,7 @@ from scrapy.http import HtmlResponse, Request
 from scrapy.statscollectors import MemoryStatsCollector
 
 from extensions import keys, meta
-from extensions.backoff import BackoffMiddleware
+from extensions.downloadermiddlewares.backoff import BackoffMiddleware
 from tests.httpserver import LogServer, Reply, Route, crawl, reply
 from tests.utils import get_crawler
 

@@ -83,7 +83,7 @@ def test_freshness_simulation_ranks_the_policies() -> None:
         policy_runner,
         simulate,
     )
-    from extensions.recrawl import (
+    from extensions.extensions.recrawl import (
         Bounds,
         adaptive_interval,
         budgeted_interval,

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from scrapy.exceptions import NotConfigured
 from scrapy.statscollectors import MemoryStatsCollector
 
-from extensions import defaults, keys
-from extensions.bloom import (
+from extensions import keys
+from extensions.core.bloom import (
     MAX_SHARD_BITS,
     AsyncBloomFilter,
     BloomConfig,
@@ -28,6 +28,7 @@ from extensions.bloom import (
     optimal_bits,
     optimal_hashes,
 )
+from extensions.settings import defaults
 from tests.utils import get_crawler
 
 
@@ -193,7 +194,7 @@ def test_meta_is_created_once_and_the_stored_geometry_wins(
     assert meta[b"layers"] == b"1"
     other = BloomConfig(capacity=9999, error_rate=0.05, shard_bits=4096)
     bloom = BloomFilter(redis_client, "t", other)
-    with caplog.at_level(logging.WARNING, logger="extensions.bloom"):
+    with caplog.at_level(logging.WARNING, logger="extensions.core.bloom"):
         bloom.open()
     assert "another geometry" in caplog.text
     assert "capacity=2000 (settings: 9999)" in caplog.text
@@ -297,7 +298,7 @@ def test_over_capacity_warns_once_with_a_stat(
 ) -> None:
     stats = MemoryStatsCollector(get_crawler())
     bloom = BloomFilter(redis_client, "o", SMALL, stats)
-    with caplog.at_level(logging.WARNING, logger="extensions.bloom"):
+    with caplog.at_level(logging.WARNING, logger="extensions.core.bloom"):
         for i in range(6):
             bloom.test_and_set(fps("o", 500 * (i + 1), 500 * i))
         bloom.flush()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extensions.canonical import canonicalize_url
+from extensions.utils.url import canonicalize_url
 
 if TYPE_CHECKING:
     import random

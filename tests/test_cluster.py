@@ -22,12 +22,17 @@ from scrapy.settings import Settings
 from demo.cluster import LocalCluster
 from demo.localcrawl import crawl_sandbox
 from extensions import connection
-from extensions.bloom import AsyncBloomFilter, BloomFilter
-from extensions.dlq import DeadLetters
-from extensions.frontier import Frontier, PartitionedFrontier, QueuedRequest, Worker
-from extensions.hosts import host_partition
+from extensions.core.bloom import AsyncBloomFilter, BloomFilter
+from extensions.core.frontier.deadletters import DeadLetters
+from extensions.core.frontier.frontier import (
+    Frontier,
+    PartitionedFrontier,
+    QueuedRequest,
+    Worker,
+)
+from extensions.core.seeds import SeedList
 from extensions.keys import FrontierKeys, seed_takers, start_urls
-from extensions.seeds import SeedList
+from extensions.utils.hosts import host_partition
 from sandbox.site import SiteSpec
 from tests.test_crawl_e2e import assert_complete
 from tests.test_traps import run_output, trap_filter
@@ -376,7 +381,7 @@ def test_the_spill_judges_memory_by_the_fullest_master(
     from scrapy.utils.test import get_crawler
 
     from extensions.connection import info_per_master
-    from extensions.spill import FrontierSpill
+    from extensions.core.frontier.spill import FrontierSpill
 
     async def body() -> None:
         settings = Settings({"REDIS_URL": cluster.url, "REDIS_CLUSTER": True})

@@ -6,10 +6,10 @@ import pytest
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler as bare_crawler
 
-from extensions.backoff import BackoffMiddleware
-from extensions.config import SettingsError, check, problems
-from extensions.politeness import PolitenessMiddleware
-from extensions.robots import SharedRobotsTxtMiddleware
+from extensions.downloadermiddlewares.backoff import BackoffMiddleware
+from extensions.downloadermiddlewares.politeness import PolitenessMiddleware
+from extensions.downloadermiddlewares.robotstxt import SharedRobotsTxtMiddleware
+from extensions.settings.config import SettingsError, check, problems
 from webcrawl.addon import DEFAULTS, SCRAPY_ROBOTS, Webcrawl, install_defaults
 
 
@@ -20,7 +20,8 @@ def test_a_component_without_its_defaults_refuses_to_start(component: type) -> N
     """Without the defaults, ``ROBOTS_ENABLED`` would read False: a guarantee
     switched off in silence. The component names what is missing instead."""
     crawler = bare_crawler(settings_dict={"REDIS_URL": "redis://127.0.0.1:1/0"})
-    with pytest.raises(SettingsError, match=r"extensions\.defaults are not installed"):
+    missing = r"extensions\.settings\.defaults are not installed"
+    with pytest.raises(SettingsError, match=missing):
         component.from_crawler(crawler)
 
 

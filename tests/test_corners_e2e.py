@@ -42,8 +42,8 @@ import pytest
 import redis
 
 from demo.localcrawl import crawl_sandbox
-from extensions.canonical import canonicalize_url
 from extensions.keys import FrontierKeys
+from extensions.utils.url import canonicalize_url
 from sandbox.hostile import (
     BOMB_PATHS,
     DOWN_HOST,

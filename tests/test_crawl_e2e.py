@@ -18,9 +18,9 @@ from scrapy.settings import Settings
 
 from demo.fleet import start_worker, stop
 from demo.localcrawl import CrawlReport, crawl_sandbox, sandbox_settings
-from extensions.embedded_redis import RedisProcess
-from extensions.hosts import host_key, host_partition
+from extensions.connection.embedded import RedisProcess
 from extensions.keys import FrontierKeys
+from extensions.utils.hosts import host_key, host_partition
 from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec, crawl_delay_map
 

@@ -1,4 +1,5 @@
-"""The dead-letter queue (extensions.dlq) and ``scrapy dlq`` against a real
+"""The dead-letter queue (extensions.core.frontier.deadletters) and ``scrapy dlq``
+against a real
 redis-server: entries, per-reason sizes, and an exact re-queue past the
 dupefilter."""
 
@@ -14,10 +15,10 @@ import redis.asyncio as aredis
 from scrapy import Request
 
 from demo.fleet import ROOT, worker_env
-from extensions.dlq import DeadLetters, dead_letter
-from extensions.failures import FAILURE_META
-from extensions.frontier import Frontier, QueuedRequest, Worker
-from extensions.serialization import request_from_bytes
+from extensions.core.frontier.deadletters import DeadLetters, dead_letter
+from extensions.core.frontier.frontier import Frontier, QueuedRequest, Worker
+from extensions.core.frontier.serialization import request_from_bytes
+from extensions.meta import FAILURE_META
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

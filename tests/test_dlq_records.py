@@ -15,8 +15,8 @@ from scrapy import Request, signals
 from scrapy.utils.misc import build_from_crawler
 
 from extensions import meta
-from extensions.dlq import DeadLetters
-from extensions.frontier import Frontier, QueuedRequest
+from extensions.core.frontier.deadletters import DeadLetters
+from extensions.core.frontier.frontier import Frontier, QueuedRequest
 from pipelines.storage import StoragePipeline
 from pipelines.stores.sqlite import SQLiteStore
 from tests.test_host_down import DOWN, K, failing_for

@@ -12,7 +12,7 @@ from scrapy.utils.misc import build_from_crawler
 
 from extensions import keys
 from extensions.connection import async_client
-from extensions.dupefilter import BloomDupeFilter
+from extensions.dupefilters import BloomDupeFilter
 from tests.utils import get_crawler
 
 if TYPE_CHECKING:

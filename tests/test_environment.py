@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 import pytest
 from scrapy.settings import Settings
 
-import extensions.defaults
-from extensions import config
-from extensions.config import SettingsError, setting_or_env
+import extensions.settings.defaults
+from extensions.settings import config
+from extensions.settings.config import SettingsError, setting_or_env
 from tests.httpserver import LogServer, reply
 from tests.test_mongo_faults import FakeMongo
 
@@ -102,7 +102,7 @@ def test_setting_wins_over_environment_which_wins_over_the_file(
     monkeypatch.setenv("REDIS_URL_FILE", str(secret))
     monkeypatch.delenv("REDIS_URL", raising=False)
     settings = Settings()
-    config.install(settings, extensions.defaults)
+    config.install(settings, extensions.settings.defaults)
     assert setting_or_env(settings, "REDIS_URL") == "redis://from-file/0"
     monkeypatch.setenv("REDIS_URL", "redis://from-env/0")
     assert setting_or_env(settings, "REDIS_URL") == "redis://from-env/0"

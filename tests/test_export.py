@@ -29,7 +29,7 @@ from pipelines.stores import store_from_settings
 from sandbox.site import Request, Site, SiteSpec
 
 if TYPE_CHECKING:
-    from extensions.embedded_redis import RedisProcess
+    from extensions.connection.embedded import RedisProcess
     from pipelines.stores.base import StoredPage
 
 pytestmark = pytest.mark.slow
@@ -95,7 +95,8 @@ def run_tool(*args: str, env: dict[str, str] | None = None, cwd: Any = ROOT) -> 
     )  # fmt: skip
 
 
-# The dead letters the frontier writes itself (extensions.dlq): their store
+# The dead letters the frontier writes itself (extensions.core.frontier.deadletters):
+# their store
 # records' errors start with the reason.
 FRONTIER_ENDINGS = ("redirect_loop:", "offsite_redirect:", "host_down:", "dns:")
 

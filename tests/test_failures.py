@@ -1,4 +1,4 @@
-"""The failure policy (extensions.failures): each class's decision, delay and
+"""The failure policy (extensions.utils.failures): each class's decision, delay and
 budgets, and the middleware that replaces Scrapy's RetryMiddleware."""
 
 from __future__ import annotations
@@ -24,14 +24,10 @@ from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils._compression import _DecompressionMaxSizeExceeded
 
-from extensions import defaults
-from extensions.failures import (
-    DELAY_META,
-    FAILURE_META,
-    POLICIES,
-    FailurePolicyMiddleware,
-    classify_exception,
-)
+from extensions.downloadermiddlewares.failurepolicy import FailurePolicyMiddleware
+from extensions.meta import DELAY_META, FAILURE_META
+from extensions.settings import defaults
+from extensions.utils.failures import POLICIES, classify_exception
 from tests.utils import get_crawler
 from webcrawl.addon import Webcrawl
 
@@ -72,7 +68,10 @@ def test_disabled_and_add_on_replaces_scrapy_retry(redis_url: str) -> None:
     # Scrapy's RetryMiddleware re-schedules at once and gives a 429 up after
     # RETRY_TIMES: it no longer decides anything.
     assert mws["scrapy.downloadermiddlewares.retry.RetryMiddleware"] is None
-    assert mws["extensions.failures.FailurePolicyMiddleware"] == 550
+    assert (
+        mws["extensions.downloadermiddlewares.failurepolicy.FailurePolicyMiddleware"]
+        == 550
+    )
 
 
 def test_unresolvable_host_is_given_up_within_about_a_minute() -> None:

@@ -22,7 +22,7 @@ import redis.asyncio as aredis
 
 from demo.fleet import start_worker, stop
 from demo.localcrawl import crawl_sandbox, sandbox_settings
-from extensions.dlq import DeadLetters
+from extensions.core.frontier.deadletters import DeadLetters
 from extensions.keys import FrontierKeys
 from sandbox.hostile import DOWN_HOST, LONG_CHAIN, RETRY_LATER_SECONDS
 from sandbox.site import SiteSpec

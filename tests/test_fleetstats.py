@@ -10,12 +10,12 @@ import redis.asyncio as aredis
 from scrapy import Request, Spider
 from scrapy.exceptions import NotConfigured
 
-from extensions import fleetstats
-from extensions.fleetstats import BUCKETS, FleetStats, fleet_view
-from extensions.frontier import Frontier, QueuedRequest, Worker
+from extensions.connection.scripts import script
+from extensions.core.frontier.frontier import Frontier, QueuedRequest, Worker
+from extensions.core.frontier.serialization import request_to_bytes
+from extensions.extensions import fleetstats
+from extensions.extensions.fleetstats import BUCKETS, FleetStats, fleet_view
 from extensions.keys import StatsKeys
-from extensions.scripts import script
-from extensions.serialization import request_to_bytes
 from tests.utils import get_crawler
 
 if TYPE_CHECKING:

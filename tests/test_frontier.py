@@ -8,9 +8,14 @@ from typing import TYPE_CHECKING
 import redis.asyncio as aredis
 from scrapy import Request
 
-from extensions.frontier import Frontier, LeaseBatch, QueuedRequest, Worker
-from extensions.scripts import server_now_ms
-from extensions.serialization import request_from_bytes, request_to_bytes
+from extensions.connection.scripts import server_now_ms
+from extensions.core.frontier.frontier import (
+    Frontier,
+    LeaseBatch,
+    QueuedRequest,
+    Worker,
+)
+from extensions.core.frontier.serialization import request_from_bytes, request_to_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -14,12 +14,16 @@ from scrapy import Request, Spider
 from scrapy.exceptions import DownloadConnectionRefusedError
 from scrapy.statscollectors import MemoryStatsCollector
 
-from extensions import defaults, hosts, meta
-from extensions.backoff import BackoffMiddleware
-from extensions.dlq import DeadLetters
-from extensions.failures import FAILURE_META, FailurePolicyMiddleware
-from extensions.frontier import Frontier, QueuedRequest
+from extensions import meta
+from extensions.core.frontier import hostrecord as hosts
+from extensions.core.frontier.deadletters import DeadLetters
+from extensions.core.frontier.frontier import Frontier, QueuedRequest
+from extensions.downloadermiddlewares.backoff import BackoffMiddleware
+from extensions.downloadermiddlewares.failurepolicy import FailurePolicyMiddleware
 from extensions.keys import FrontierKeys
+from extensions.meta import FAILURE_META
+from extensions.settings import defaults
+from extensions.utils.failures import HostDown
 from tests.utils import get_crawler, run_redis
 
 if TYPE_CHECKING:
@@ -186,7 +190,7 @@ def test_a_hostdown_page_failure_is_judged_but_not_counted_again(
 
     async def fail() -> None:
         try:
-            await backoff.process_exception(request, hosts.HostDown("down"))
+            await backoff.process_exception(request, HostDown("down"))
         finally:
             await backoff.records.client.aclose()
 

@@ -15,12 +15,14 @@ import pytest
 from scrapy import Request
 from twisted.internet.error import DNSLookupError
 
-from extensions import hosts, meta
-from extensions.backoff import BackoffMiddleware
-from extensions.defaults import DNS_DOWN_AFTER
-from extensions.failures import FAILURE_META, FailurePolicyMiddleware
-from extensions.frontier import Frontier, QueuedRequest
-from extensions.hosts import HostUnresolvable
+from extensions import meta
+from extensions.core.frontier import hostrecord as hosts
+from extensions.core.frontier.frontier import Frontier, QueuedRequest
+from extensions.downloadermiddlewares.backoff import BackoffMiddleware
+from extensions.downloadermiddlewares.failurepolicy import FailurePolicyMiddleware
+from extensions.meta import FAILURE_META
+from extensions.settings.defaults import DNS_DOWN_AFTER
+from extensions.utils.failures import HostUnresolvable
 from tests.test_host_down import DOWN, K, _crawler, failing_for, queue_some
 from tests.utils import run_redis
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from demo.localcrawl import crawl_sandbox
-from extensions.hosts import host_partition
+from extensions.utils.hosts import host_partition
 from pipelines.stores.sqlite import SQLiteStore
 from sandbox.hostile import DOWN_HOST, HOST_DOWN_LINKS
 from sandbox.site import SiteSpec

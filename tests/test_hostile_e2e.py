@@ -17,7 +17,7 @@ import redis
 
 from demo.fleet import push_seeds, start_worker, stop, wait_all
 from demo.localcrawl import crawl_sandbox, reset_crawl
-from extensions.frontier import POISON_KEEP
+from extensions.core.frontier.lua import POISON_KEEP
 from extensions.keys import FrontierKeys
 from sandbox.process import SandboxProcess
 from sandbox.site import SiteSpec

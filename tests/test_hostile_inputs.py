@@ -18,20 +18,20 @@ import pytest
 import redis.asyncio as aredis
 from scrapy import Request, Spider
 
-from extensions.frontier import Frontier, QueuedRequest, Worker
-from extensions.scoring import LocalHostCounts, seed_priority
-from extensions.seeds import (
+from extensions.core.frontier.frontier import Frontier, QueuedRequest, Worker
+from extensions.core.frontier.scoring import LocalHostCounts, seed_priority
+from extensions.core.frontier.serialization import (
+    CorruptEntry,
+    priority_from_score,
+    request_from_bytes,
+    request_to_bytes,
+)
+from extensions.core.seeds import (
     SEED_USER_META_MAX,
     URL_LENGTH_LIMIT,
     InvalidSeed,
     SeedList,
     parse_seed,
-)
-from extensions.serialization import (
-    CorruptEntry,
-    priority_from_score,
-    request_from_bytes,
-    request_to_bytes,
 )
 from tests.test_scheduler import drain, make_crawler, opened, run, wait_for
 
@@ -132,7 +132,8 @@ def test_queue_entry_naming_a_module_is_not_imported() -> None:
     fresh interpreter, where ``this`` is surely not imported yet."""
     code = (
         "import sys\n"
-        "from extensions.serialization import CorruptEntry, request_from_bytes\n"
+        "from extensions.core.frontier.serialization import (\n"
+        "    CorruptEntry, request_from_bytes)\n"
         "try:\n"
         '    request_from_bytes(b\'https://a.test/\\n{"C":"this.s"}\')\n'
         "except CorruptEntry as exc:\n"
@@ -383,7 +384,8 @@ def test_new_host_bonus_wears_off_after_ten_requests(redis_url: str) -> None:
 
     async def body() -> None:
         crawler = make_crawler(
-            redis_url, FRONTIER_PRIORITY_FUNCTION="extensions.scoring.seed_priority"
+            redis_url,
+            FRONTIER_PRIORITY_FUNCTION="extensions.core.frontier.scoring.seed_priority",
         )
         s = await opened(crawler)
         assert s.frontier is not None

@@ -1,4 +1,5 @@
-"""The host record's Lua helpers (:data:`extensions.hosts.LUA_RECORD`), which
+"""The host record's Lua helpers (:data:`extensions.core.frontier.lua.LUA_RECORD`),
+which
 every script reading the record includes, on a real Redis."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from extensions import hosts
+from extensions.core.frontier import hostrecord as hosts
 
 if TYPE_CHECKING:
     import redis

@@ -42,13 +42,15 @@ def test_library_imports_point_one_way(package: str) -> None:
 
 # Each shared piece of the Redis layer is written in one module: a second
 # copy is how the spacing rule and the clock drifted apart before.
+SCRIPTS = "extensions/connection/scripts.py"
 ONE_HOME = {
-    "register_script(": "extensions/scripts.py",  # the script registry
-    "redis.call('TIME')": "extensions/scripts.py",  # the Redis clock (Lua)
-    "await client.time()": "extensions/scripts.py",  # the Redis clock (Python)
-    "'HMGET', hkey, 'next'": "extensions/hosts.py",  # reading the host record
-    "nx=True, px=": "extensions/locks.py",  # the token lock
-    "== ARGV[1] then": "extensions/locks.py",  # compare-on-token scripts
+    "register_script(": SCRIPTS,  # the script registry
+    "redis.call('TIME')": SCRIPTS,  # the Redis clock (Lua)
+    "await client.time()": SCRIPTS,  # the Redis clock (Python)
+    # reading the host record
+    "'HMGET', hkey, 'next'": "extensions/core/frontier/lua.py",
+    "nx=True, px=": "extensions/connection/locks.py",  # the token lock
+    "== ARGV[1] then": "extensions/connection/locks.py",  # compare-on-token scripts
 }
 
 

@@ -20,8 +20,8 @@ from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 
 from demo.localcrawl import crawl_sandbox
-from extensions import defaults
-from extensions.metrics import METRICS, PrometheusMetrics, WorkerCollector
+from extensions.extensions.metrics import METRICS, PrometheusMetrics, WorkerCollector
+from extensions.settings import defaults
 from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec
 from tests.utils import get_crawler
@@ -112,7 +112,9 @@ def test_addon_enables_metrics_only_with_a_port(
     # The add-on pings Redis before the crawl: give it a live one.
     s = Settings({"REDIS_URL": redis_url, **settings})
     Webcrawl().update_settings(s)
-    assert ("extensions.metrics.PrometheusMetrics" in s["EXTENSIONS"]) is enabled
+    assert (
+        "extensions.extensions.metrics.PrometheusMetrics" in s["EXTENSIONS"]
+    ) is enabled
     assert defaults.METRICS_PORT == 0
     if not enabled:
         with pytest.raises(NotConfigured, match="METRICS_PORT is 0"):

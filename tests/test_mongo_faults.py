@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from mockupdb import MockupDB
 
-from extensions.embedded_redis import free_port
+from extensions.connection.embedded import free_port
 from pipelines.batching import PageBatcher, prepare_page
 from pipelines.items import PageItem
 from pipelines.stores.base import PermanentStoreError, TransientStoreError

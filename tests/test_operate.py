@@ -22,7 +22,7 @@ from scrapy.settings import Settings
 
 from demo.fleet import ROOT, start_worker, stop, worker_env
 from demo.localcrawl import reset_crawl
-from extensions.embedded_redis import find_redis_binary, stop_embedded
+from extensions.connection.embedded import find_redis_binary, stop_embedded
 from extensions.keys import FrontierKeys, StatsKeys, start_urls
 from sandbox.process import SandboxProcess
 from sandbox.site import SiteSpec

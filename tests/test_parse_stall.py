@@ -27,7 +27,7 @@ from typing import Any
 from scrapy import Request
 from scrapy.http import HtmlResponse, Response
 
-from extensions.defaults import MAX_OUTLINKS_PER_PAGE
+from extensions.settings.defaults import MAX_OUTLINKS_PER_PAGE
 from pipelines.items import PageItem
 from sandbox.hostile import many_links_body
 from tests.utils import get_crawler

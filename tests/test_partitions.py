@@ -15,10 +15,9 @@ from redis.crc import key_slot
 from scrapy import Request
 from scrapy.settings import Settings
 
-from extensions import config
-from extensions import frontier as frontier_module
-from extensions.dlq import DeadLetter, DeadLetters
-from extensions.frontier import (
+from extensions.core.frontier import frontier as frontier_module
+from extensions.core.frontier.deadletters import DeadLetter, DeadLetters
+from extensions.core.frontier.frontier import (
     PartitionedFrontier,
     PartitionMismatch,
     QueuedRequest,
@@ -26,13 +25,15 @@ from extensions.frontier import (
     lease_token,
     split_lease,
 )
-from extensions.hosts import HostRecords, host_partition
+from extensions.core.frontier.hostrecord import HostRecords
+from extensions.core.frontier.serialization import request_from_bytes, request_to_bytes
+from extensions.downloadermiddlewares.politeness import HostLock, PolitenessMiddleware
+from extensions.extensions.metrics import PrometheusMetrics
 from extensions.keys import FrontierKeys, host_lock, partition_tag
 from extensions.meta import FRONTIER_LEASE
-from extensions.metrics import PrometheusMetrics
-from extensions.politeness import HostLock, PolitenessMiddleware
-from extensions.serialization import request_from_bytes, request_to_bytes
+from extensions.settings import config
 from extensions.signals import items_stored
+from extensions.utils.hosts import host_partition
 from pipelines.items import PageItem
 from tests.test_scheduler import make_crawler, opened
 from tests.utils import get_crawler, run_redis
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     import redis
     from scrapy.crawler import Crawler
 
-    from extensions.scheduler import RedisScheduler
+    from extensions.core.scheduler import RedisScheduler
 
 P = 4
 HOSTS = [f"http://h{i}.test:80" for i in range(24)]

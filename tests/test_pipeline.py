@@ -402,7 +402,7 @@ def test_redis_memory_of_10000_pages_all_in_is_under_10_mb(redis_url: str) -> No
 
     import redis as sync_redis
 
-    from extensions.bloom import BloomConfig, BloomFilter
+    from extensions.core.bloom import BloomConfig, BloomFilter
 
     n = 10_000
     digests = [hashlib.sha256(f"page {i}".encode()).digest() for i in range(n)]

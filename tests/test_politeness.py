@@ -16,13 +16,13 @@ from scrapy.http import Request
 from scrapy.statscollectors import MemoryStatsCollector
 
 from extensions import keys, meta
-from extensions.config import SettingsError
-from extensions.hosts import host_key
-from extensions.politeness import (
+from extensions.downloadermiddlewares.politeness import (
     HostLock,
     LockState,
     PolitenessMiddleware,
 )
+from extensions.settings.config import SettingsError
+from extensions.utils.hosts import host_key
 from tests.httpserver import Crawl, LogServer, reply
 from tests.utils import get_crawler
 

@@ -9,10 +9,7 @@ import pytest
 import redis.asyncio as aredis
 from scrapy.exceptions import DontCloseSpider, NotConfigured
 
-from extensions import defaults
-from extensions.config import SettingsError
-from extensions.meta import RECRAWL_RECORD, SITEMAP_CHANGEFREQ
-from extensions.recrawl import (
+from extensions.extensions.recrawl import (
     HISTORY_WINDOW,
     Bounds,
     History,
@@ -27,6 +24,9 @@ from extensions.recrawl import (
     revisit_request,
     uniform_interval,
 )
+from extensions.meta import RECRAWL_RECORD, SITEMAP_CHANGEFREQ
+from extensions.settings import defaults
+from extensions.settings.config import SettingsError
 from pipelines.items import PageItem
 from tests.utils import get_crawler
 
@@ -257,7 +257,7 @@ def test_recrawler_is_off_by_default_and_checks_its_bounds() -> None:
     on = Recrawler(
         get_crawler(settings_dict={
             "RECRAWL_ENABLED": True,
-            "RECRAWL_POLICY": "extensions.recrawl.uniform_interval",
+            "RECRAWL_POLICY": "extensions.extensions.recrawl.uniform_interval",
         })
     )  # fmt: skip
     assert on.policy is uniform_interval

@@ -6,7 +6,7 @@ import pytest
 from scrapy.settings import Settings
 
 from extensions.connection import RedisUnavailable, check_redis
-from extensions.redact import redact_url
+from extensions.utils.redact import redact_url
 from webcrawl.operate import client_for
 
 SECRET = "s3cr3t"

@@ -13,16 +13,17 @@ import pytest
 import redis
 from scrapy.exceptions import NotConfigured
 
-from extensions import defaults, keys
-from extensions.embedded_redis import free_port
-from extensions.robots import SharedRobotsTxtMiddleware
+from extensions import keys
+from extensions.connection.embedded import free_port
+from extensions.downloadermiddlewares.robotstxt import SharedRobotsTxtMiddleware
+from extensions.settings import defaults
 from tests.httpserver import LogServer, Route, crawl, reply
 from tests.utils import get_crawler
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from extensions.embedded_redis import RedisProcess
+    from extensions.connection.embedded import RedisProcess
 
 
 def robots(body: bytes, status: int = 200) -> Route:

@@ -33,9 +33,9 @@ from protego import Protego
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Request
 
-from extensions import defaults
 from extensions.connection import async_client
-from extensions.robots import SharedRobotsTxtMiddleware
+from extensions.downloadermiddlewares.robotstxt import SharedRobotsTxtMiddleware
+from extensions.settings import defaults
 from tests.utils import get_crawler
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,11 +16,15 @@ from scrapy.http import HtmlResponse, Request
 from scrapy.statscollectors import MemoryStatsCollector
 
 from extensions import keys
-from extensions.backoff import BackoffMiddleware
-from extensions.hosts import HostDown
+from extensions.downloadermiddlewares import POLITENESS_MIDDLEWARES
+from extensions.downloadermiddlewares.backoff import BackoffMiddleware
+from extensions.downloadermiddlewares.robotstxt import (
+    UNREACHABLE,
+    UNRESOLVABLE,
+    SharedRobotsTxtMiddleware,
+)
 from extensions.meta import ROBOTS_FETCH as ROBOTS_FETCH_META
-from extensions.politeness import DOWNLOADER_MIDDLEWARES
-from extensions.robots import UNREACHABLE, UNRESOLVABLE, SharedRobotsTxtMiddleware
+from extensions.utils.failures import HostDown
 from tests.httpserver import LogServer, crawl, reply
 from tests.utils import get_crawler
 
@@ -59,7 +63,7 @@ def test_unreachable_robots_defers_however_often_with_the_frontier(
     """It was dropped (IgnoreRequest, and the dupefilter never let it back)
     after POLITENESS_MAX_DEFERRALS deferrals, about 7 minutes."""
     _cache_robots(redis_client, 503)
-    crawler = _crawler(redis_url, SCHEDULER="extensions.scheduler.RedisScheduler")
+    crawler = _crawler(redis_url, SCHEDULER="extensions.core.scheduler.RedisScheduler")
     mw = SharedRobotsTxtMiddleware.from_crawler(crawler)
     request = Request("http://a.test/page", meta={"politeness_deferrals": 50})
 
@@ -79,7 +83,7 @@ def test_unresolvable_host_fails_its_pages_with_the_dns_error(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
     _cache_robots(redis_client, UNRESOLVABLE)
-    crawler = _crawler(redis_url, SCHEDULER="extensions.scheduler.RedisScheduler")
+    crawler = _crawler(redis_url, SCHEDULER="extensions.core.scheduler.RedisScheduler")
     mw = SharedRobotsTxtMiddleware.from_crawler(crawler)
 
     async def main() -> None:
@@ -118,7 +122,7 @@ def test_a_host_without_connection_is_down_after_robots_down_after(
     _cache_robots(redis_client, UNREACHABLE, failures)
     crawler = _crawler(
         redis_url,
-        SCHEDULER="extensions.scheduler.RedisScheduler",
+        SCHEDULER="extensions.core.scheduler.RedisScheduler",
         ROBOTS_DOWN_AFTER=2,
     )
     mw = SharedRobotsTxtMiddleware.from_crawler(crawler)
@@ -155,7 +159,7 @@ def test_a_bug_on_the_robots_fetch_surfaces(redis_url: str, tmp_path: Path) -> N
             redis_url,
             [server.url + "/page"],
             DOWNLOADER_MIDDLEWARES=json.dumps(
-                DOWNLOADER_MIDDLEWARES | {f"{__name__}.BrokenRobotsFetch": 10}
+                POLITENESS_MIDDLEWARES | {f"{__name__}.BrokenRobotsFetch": 10}
             ),
             CLOSESPIDER_TIMEOUT=20,
         )

@@ -16,13 +16,13 @@ import pytest
 import redis.asyncio as aredis
 from scrapy import Request, Spider, signals
 
-from extensions.embedded_redis import RedisProcess
-from extensions.frontier import Frontier, QueuedRequest, Worker
-from extensions.hosts import host_key
+from extensions.connection.embedded import RedisProcess
+from extensions.core.frontier.frontier import Frontier, QueuedRequest, Worker
+from extensions.core.frontier.serialization import request_to_bytes
+from extensions.core.scheduler import RedisScheduler
 from extensions.meta import FRONTIER_LEASE
-from extensions.scheduler import RedisScheduler
-from extensions.serialization import request_to_bytes
 from extensions.signals import items_stored
+from extensions.utils.hosts import host_key
 from pipelines.items import PageItem
 from tests.utils import get_crawler
 
@@ -54,8 +54,8 @@ def make_crawler(redis_url: str, **settings: Any) -> Crawler:
         ContractSpider,
         {
             "REDIS_URL": redis_url,
-            "SCHEDULER": "extensions.scheduler.RedisScheduler",
-            "DUPEFILTER_CLASS": "extensions.dupefilter.BloomDupeFilter",
+            "SCHEDULER": "extensions.core.scheduler.RedisScheduler",
+            "DUPEFILTER_CLASS": "extensions.dupefilters.BloomDupeFilter",
             "BLOOM_CAPACITY": 100_000,
             "FRONTIER_PRIORITY_FUNCTION": "",
             "FRONTIER_HEARTBEAT_INTERVAL": 0.2,

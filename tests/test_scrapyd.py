@@ -34,7 +34,7 @@ from scrapy.settings import Settings
 
 from demo.fleet import push_seeds
 from demo.localcrawl import sandbox_settings
-from extensions.embedded_redis import RedisProcess, free_port
+from extensions.connection.embedded import RedisProcess, free_port
 from pipelines.stores import store_from_settings
 from sandbox.process import SandboxProcess
 from sandbox.resolver import SANDBOX_RESOLVER

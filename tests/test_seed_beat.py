@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 
-from extensions import defaults
 from extensions.keys import seed_takers
+from extensions.settings import defaults
 from tests.utils import get_crawler
 from webcrawl.spiders.web import ANCHORS_PER_OUTLINK, WebSpider
 

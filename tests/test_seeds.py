@@ -1,4 +1,4 @@
-"""The seed list's hand-over (extensions.seeds): take, settle, give back,
+"""The seed list's hand-over (extensions.core.seeds): take, settle, give back,
 release, on a real redis-server."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import redis
 import redis.asyncio as aredis
 from scrapy import Request, signals
 
+from extensions.core.seeds import SeedList, Taken
 from extensions.keys import FrontierKeys, seed_taken, seed_takers, start_urls
 from extensions.meta import SEED_TAKEN
-from extensions.seeds import SeedList, Taken
 from extensions.signals import seeds_settled
 from tests.test_scheduler import drain, make_crawler, opened, wait_for
 from tests.utils import run_redis

@@ -4,7 +4,7 @@ Real ``scrapy crawl web`` workers, a real redis-server, the sandbox web. Worker
 A takes every seed and is SIGKILLed before its scheduler can queue one: its
 beat into the frontier's worker registry fails (the registry key is made a
 string for the time A runs), and a scheduler that has not beaten writes
-nothing ahead (extensions.scheduler). The moment A has taken the seeds is
+nothing ahead (extensions.core.scheduler). The moment A has taken the seeds is
 observed in Redis (the seed list is empty), so the kill lands in the window
 deterministically. Worker B, started afterwards with the registry repaired,
 finds the seed list empty: the seeds come back only through A's taken list.

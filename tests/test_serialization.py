@@ -8,7 +8,7 @@ import pytest
 from scrapy import Request, Spider
 from scrapy.http import FormRequest
 
-from extensions.serialization import (
+from extensions.core.frontier.serialization import (
     UnserializableRequest,
     request_from_bytes,
     request_to_bytes,

@@ -1,4 +1,5 @@
-"""The frontier spill (extensions.spill) against a real redis-server and the
+"""The frontier spill (extensions.core.frontier.spill) against a real redis-server and
+the
 SQLite page store: in order, exactly once, nothing lost when a worker dies."""
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import redis.asyncio as aredis
 from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
-from extensions.frontier import Frontier, QueuedRequest, Worker
-from extensions.serialization import request_from_bytes, request_to_bytes
-from extensions.spill import FrontierSpill, SpillStore
+from extensions.core.frontier.frontier import Frontier, QueuedRequest, Worker
+from extensions.core.frontier.serialization import request_from_bytes, request_to_bytes
+from extensions.core.frontier.spill import FrontierSpill, SpillStore
 from pipelines.stores.spill import PageStoreSpill
 from pipelines.stores.sqlite import SQLiteStore
 

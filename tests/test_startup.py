@@ -20,14 +20,14 @@ import pytest
 import redis
 import redis.asyncio
 
-from extensions.config import SettingsError
 from extensions.connection import (
     RedisUnavailable,
     async_client,
     check_redis,
     retry_redis,
 )
-from extensions.embedded_redis import RedisProcess, free_port
+from extensions.connection.embedded import RedisProcess, free_port
+from extensions.settings.config import SettingsError
 from tests.utils import get_crawler
 
 if TYPE_CHECKING:

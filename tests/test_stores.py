@@ -348,7 +348,8 @@ def reopened(store: PageStore, reopen: Any) -> PageStore:
 
 
 def test_spill_keeps_each_hosts_requests_in_score_order(store_factory: Any) -> None:
-    """The frontier spill's part of the store (extensions.spill.SpillStore):
+    """The frontier spill's part of the store
+    (extensions.core.frontier.spill.SpillStore):
     per host, in score order, idempotent, persistent."""
     store, reopen = store_factory
     a, b = "http://a.test:80", "http://b.test:80"

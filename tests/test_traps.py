@@ -14,9 +14,9 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http import HtmlResponse
 
 from demo.localcrawl import crawl_sandbox
-from extensions import defaults
-from extensions.embedded_redis import RedisProcess
-from extensions.traps import TrapFilter
+from extensions.connection.embedded import RedisProcess
+from extensions.settings import defaults
+from extensions.spidermiddlewares.traps import TrapFilter
 from sandbox.site import SiteSpec
 from tests.test_failures_e2e import _dead_letters
 from tests.utils import get_crawler

@@ -1,6 +1,6 @@
 """The webcrawl add-on: one entry in ``ADDONS`` switches the whole system on.
 
-It installs the defaults of every package (:mod:`extensions.defaults`,
+It installs the defaults of every package (:mod:`extensions.settings.defaults`,
 :mod:`pipelines.defaults`, :mod:`webcrawl.defaults`) at ``default`` priority,
 checks every value against its declared type and range, sets the Redis
 scheduler, the Bloom dupefilter, the robots, back-off, failure-policy,
@@ -13,16 +13,16 @@ sets at a higher priority (``-s``, scrapyd ``setting=``, a spider's
 ``custom_settings``) still win, and are checked like the defaults.
 
 It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0, and
-the continuous-crawl extension (:mod:`extensions.recrawl`) when
+the continuous-crawl extension (:mod:`extensions.extensions.recrawl`) when
 ``RECRAWL_ENABLED``.
 
 Settings read: ``METRICS_PORT``, ``RECRAWL_ENABLED``; ``REDIS_URL`` and
 ``WEBCRAWL_HOME`` (also from the environment, see
-:func:`extensions.config.setting_or_env`): when no Redis is configured, the
+:func:`extensions.settings.config.setting_or_env`): when no Redis is configured, the
 add-on starts (or finds) the embedded one here, before the crawl starts,
 so no component ever starts a process on the reactor thread. An embedded
 Redis this add-on started is stopped again if the crawl fails before the
-spider opens (:class:`~extensions.embedded_redis.StopIfNeverOpened`).
+spider opens (:class:`~extensions.connection.embedded.StopIfNeverOpened`).
 """
 
 from __future__ import annotations
@@ -30,15 +30,17 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, NoReturn
 
-import extensions.defaults
+import extensions.settings.defaults
 import pipelines.defaults
-from extensions import addresses, charsets, config, politeness, traps
 from extensions.connection import RedisUnavailable, check_redis, resolve_redis_url
-from extensions.embedded_redis import (
+from extensions.connection.embedded import (
     StopIfNeverOpened,
     embedded_unless_configured,
     webcrawl_home,
 )
+from extensions.downloadermiddlewares import DOWNLOADER_MIDDLEWARES
+from extensions.settings import config
+from extensions.spidermiddlewares import SPIDER_MIDDLEWARES
 from webcrawl import defaults
 
 if TYPE_CHECKING:
@@ -47,23 +49,18 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SCHEDULER = "extensions.scheduler.RedisScheduler"
-DUPEFILTER = "extensions.dupefilter.BloomDupeFilter"
+SCHEDULER = "extensions.core.scheduler.RedisScheduler"
+DUPEFILTER = "extensions.dupefilters.BloomDupeFilter"
 ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
-# The failure policy schedules retries in Redis in place of Scrapy's
-# immediate RetryMiddleware (same slot: below the back-off middleware).
-RETRY_MIDDLEWARES = {
-    "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
-    "extensions.failures.FailurePolicyMiddleware": 550,
-}
-EXTENSIONS = {"extensions.fleetstats.FleetStats": 500}
+EXTENSIONS = {"extensions.extensions.fleetstats.FleetStats": 500}
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
-METRICS_EXTENSION = {"extensions.metrics.PrometheusMetrics": 500}
-RECRAWL_EXTENSION = {"extensions.recrawl.Recrawler": 500}
-# Requests past the frontier's cap wait in the page store (extensions.spill).
+METRICS_EXTENSION = {"extensions.extensions.metrics.PrometheusMetrics": 500}
+RECRAWL_EXTENSION = {"extensions.extensions.recrawl.Recrawler": 500}
+# Requests past the frontier's cap wait in the page store (the frontier
+# spill, extensions.core.frontier.spill).
 SPILL_STORE = "pipelines.stores.spill.PageStoreSpill"
 # Every package's defaults module, installed and checked in this order.
-DEFAULTS = (extensions.defaults, pipelines.defaults, defaults)
+DEFAULTS = (extensions.settings.defaults, pipelines.defaults, defaults)
 
 
 def install_defaults(settings: BaseSettings) -> None:
@@ -149,11 +146,8 @@ class Webcrawl:
         # Our robots middleware shares one robots.txt fetch per host across
         # the fleet and replaces Scrapy's per-process one.
         settings.set("ROBOTSTXT_OBEY", False, "addon")
-        settings["DOWNLOADER_MIDDLEWARES"].update(politeness.DOWNLOADER_MIDDLEWARES)
-        settings["DOWNLOADER_MIDDLEWARES"].update(addresses.DOWNLOADER_MIDDLEWARES)
-        settings["DOWNLOADER_MIDDLEWARES"].update(RETRY_MIDDLEWARES)
-        settings["DOWNLOADER_MIDDLEWARES"].update(charsets.DOWNLOADER_MIDDLEWARES)
-        settings["SPIDER_MIDDLEWARES"].update(traps.SPIDER_MIDDLEWARES)
+        settings["DOWNLOADER_MIDDLEWARES"].update(DOWNLOADER_MIDDLEWARES)
+        settings["SPIDER_MIDDLEWARES"].update(SPIDER_MIDDLEWARES)
         if not settings.getbool("ROBOTS_ENABLED"):
             # Switched off explicitly: Scrapy's own obeys ROBOTSTXT_OBEY again.
             settings["DOWNLOADER_MIDDLEWARES"].pop(SCRAPY_ROBOTS, None)

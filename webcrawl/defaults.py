@@ -1,9 +1,9 @@
 """Settings of the webcrawl application itself: the ``web`` spider and its seeds.
 
-The library packages keep their own (:mod:`extensions.defaults`,
+The library packages keep their own (:mod:`extensions.settings.defaults`,
 :mod:`pipelines.defaults`); the add-on installs all three at ``default``
 priority and checks every value against the type and range declared beside
-its default (:mod:`extensions.config`) before the crawl starts. One comment
+its default (:mod:`extensions.settings.config`) before the crawl starts. One comment
 line per setting: the README's settings table is generated from them.
 
 Scrapy settings webcrawl also honours: ``DOWNLOAD_DELAY`` (enforced fleet-wide),
@@ -16,7 +16,7 @@ from typing import Annotated
 
 import scrapy.linkextractors
 
-from extensions.config import Range, Spec
+from extensions.settings.config import Range, Spec
 
 # Documents among Scrapy's IGNORED_EXTENSIONS that are fetched all the same
 # (stored as metadata records: content type, size, hash; no text or links).

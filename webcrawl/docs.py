@@ -1,7 +1,8 @@
 """Generate the README's settings table from every package's defaults module.
 
 The modules are the add-on's :data:`webcrawl.addon.DEFAULTS`
-(:mod:`extensions.defaults`, :mod:`pipelines.defaults`, :mod:`webcrawl.defaults`).
+(:mod:`extensions.settings.defaults`, :mod:`pipelines.defaults`,
+:mod:`webcrawl.defaults`).
 
 ``python -m webcrawl.docs`` prints the table, ``python -m webcrawl.docs
 --write README.md`` puts it between the README's markers; a test checks that
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from extensions import config
+from extensions.settings import config
 from webcrawl.addon import DEFAULTS
 
 if TYPE_CHECKING:

@@ -7,8 +7,9 @@ Settings read: ``REDIS_URL``/``WEBCRAWL_HOME`` (the Redis of the crawl),
 settings (``BLOOM_*``) and the page store settings (``PAGE_STORE``,
 ``MONGO_URI``, ``SQLITE_PATH``).
 
-The frontier's figures come from :class:`extensions.frontier.Frontier`, the
-fleet's from :mod:`extensions.fleetstats`, the store's through the
+The frontier's figures come from :class:`extensions.core.frontier.frontier.Frontier`,
+the
+fleet's from :mod:`extensions.extensions.fleetstats`, the store's through the
 :class:`~pipelines.stores.base.PageStore` interface: this module spells no
 key name of its own.
 """
@@ -24,8 +25,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from scrapy.commands import ScrapyCommand
 
-from extensions import config
-from extensions.bloom import AsyncBloomFilter, BloomConfig
 from extensions.connection import (
     TRANSIENT_REDIS_ERRORS,
     RedisUnavailable,
@@ -35,10 +34,12 @@ from extensions.connection import (
     new_async_client,
     resolve_redis_url,
 )
-from extensions.dlq import DeadLetters
-from extensions.embedded_redis import embedded_unless_configured
-from extensions.fleetstats import fleet_view
-from extensions.frontier import PartitionedFrontier, recorded_partitions
+from extensions.connection.embedded import embedded_unless_configured
+from extensions.core.bloom import AsyncBloomFilter, BloomConfig
+from extensions.core.frontier.deadletters import DeadLetters
+from extensions.core.frontier.frontier import PartitionedFrontier, recorded_partitions
+from extensions.core.seeds import URL_LENGTH_LIMIT, InvalidSeed, parse_seed
+from extensions.extensions.fleetstats import fleet_view
 from extensions.keys import (
     FrontierKeys,
     bloom_meta,
@@ -47,8 +48,8 @@ from extensions.keys import (
     seed_patterns,
     start_urls,
 )
-from extensions.redact import redact_url
-from extensions.seeds import URL_LENGTH_LIMIT, InvalidSeed, parse_seed
+from extensions.settings import config
+from extensions.utils.redact import redact_url
 from pipelines.stores import store_from_settings
 from webcrawl.addon import DEFAULTS, install_defaults
 
@@ -325,7 +326,7 @@ def check_seed_lines(
     lines: Iterable[str], max_url_length: int = URL_LENGTH_LIMIT
 ) -> tuple[list[str], list[tuple[int, str, str]]]:
     """Valid seed entries, and (line number, line, why) for the invalid ones,
-    judged by the parser the workers use (:func:`extensions.seeds.parse_seed`)
+    judged by the parser the workers use (:func:`extensions.core.seeds.parse_seed`)
     with the same URL length limit. Blank lines and ``#`` comments are skipped.
 
     >>> valid, invalid = check_seed_lines(["http://a.test/", "", "# c", "ftp://b/"])

@@ -1,14 +1,14 @@
 """Scrapy settings of the webcrawl project.
 
 Our own settings, their defaults and allowed ranges live in each package's
-defaults module (:mod:`extensions.defaults`, :mod:`pipelines.defaults`,
+defaults module (:mod:`extensions.settings.defaults`, :mod:`pipelines.defaults`,
 :mod:`webcrawl.defaults`; the README's settings table); this file sets
 Scrapy's and switches the system on through the add-on, which checks every
 value before the crawl starts. Override any of them with ``-s NAME=value`` or scrapyd's
 ``setting=NAME=value``.
 """
 
-from extensions.defaults import WEBCRAWL_USER_AGENT
+from extensions.settings.defaults import WEBCRAWL_USER_AGENT
 
 BOT_NAME = "webcrawl"
 SPIDER_MODULES = ["webcrawl.spiders"]

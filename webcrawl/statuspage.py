@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from extensions.connection import TRANSIENT_REDIS_ERRORS
-from extensions.fleetstats import fleet_view
+from extensions.extensions.fleetstats import fleet_view
 from webcrawl.operate import client_for, dumps, gather_status
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ needs to crawl the sandbox web at all.
 Settings read: none.
 """
 
-from extensions.defaults import WEBCRAWL_USER_AGENT
+from extensions.settings.defaults import WEBCRAWL_USER_AGENT
 from sandbox.resolver import SANDBOX_RESOLVER
 
 BOT_NAME = "bench"

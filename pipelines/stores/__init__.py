@@ -6,7 +6,7 @@ Settings read: ``PAGE_STORE`` (dotted path of a store class with a
 :class:`~pipelines.stores.sqlite.SQLiteStore` at
 ``WEBCRAWL_HOME/pages.sqlite3``). ``MONGO_URI`` and ``WEBCRAWL_HOME`` are also
 taken from the environment (or a ``*_FILE`` secret), see
-:func:`extensions.config.setting_or_env`.
+:func:`extensions.settings.config.setting_or_env`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 
 from scrapy.utils.misc import load_object
 
-from extensions.config import setting_or_env
+from extensions.settings.config import setting_or_env
 from pipelines.stores.base import (
     BatchResult,
     DocumentError,

@@ -19,7 +19,7 @@ A store keeps two record kinds, after seed 000 section 4.6:
     Requests waiting outside Redis (the frontier spill): ``host``,
     ``score``, ``member``, read per host in ``score`` order
     (``spill_append``, ``spill_take``, ``spill_delete``, ``spill_count``:
-    the ``SpillStore`` protocol of :mod:`extensions.spill`).
+    the ``SpillStore`` protocol of :mod:`extensions.core.frontier.spill`).
 ``pages_simhash``
     The near-duplicate index: per original page (:func:`is_original`) with a
     SimHash, its four band values (:func:`simhash_bands`), indexed; rewritten
@@ -39,7 +39,7 @@ may repeat, and a name is never a MongoDB field name.
 
 ``filtered`` names the trap limit that refused a URL before it was ever
 requested (``host_budget``, ``query_variants``, ``url_too_long``...; see
-``extensions.traps``): a *filtered record*, metadata only, with the
+``extensions.spidermiddlewares.traps``): a *filtered record*, metadata only, with the
 refusal in ``error``. It is written only where the page has no record yet:
 a filtered record never replaces a stored page (a trap budget, counted in
 a HyperLogLog, cannot tell a URL it admitted before), in one statement
@@ -123,7 +123,8 @@ VERSION_FIELDS: dict[str, str] = {
     "encoding": "TEXT",
 }
 # The table / collection of requests waiting outside Redis (the frontier
-# spill, extensions.spill): host, score (the frontier's order: priority, then
+# spill, extensions.core.frontier.spill): host, score (the frontier's order: priority,
+# then
 # arrival), member (the serialized request), indexed on (host, score). The
 # store knows nothing of the frontier but this order.
 SPILL = "spilled_requests"

@@ -22,7 +22,7 @@ other server or driver error raises
 
 Settings read (by :meth:`MongoStore.from_settings`): ``MONGO_URI``,
 ``MONGO_DATABASE``, ``MONGO_TIMEOUT_MS``, ``PAGE_HISTORY_MAX``. The URI's
-password never reaches a log (:func:`extensions.redact.redact_url`).
+password never reaches a log (:func:`extensions.utils.redact.redact_url`).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from pymongo.errors import (
     WriteConcernError,
 )
 
-from extensions.config import setting_or_env
-from extensions.redact import redact_url
+from extensions.settings.config import setting_or_env
+from extensions.utils.redact import redact_url
 from pipelines import defaults
 from pipelines.stores.base import (
     ITER_CHUNK,
@@ -554,7 +554,8 @@ class MongoStore:
         except (ConnectionFailure, OperationFailure) as e:
             raise _store_error(e) from e
 
-    # -- the frontier spill (extensions.spill.SpillStore) ----------------------
+    # -- the frontier spill (extensions.core.frontier.spill.SpillStore)
+    # ----------------------
 
     def spill_append(self, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
         spill_append(self._database(), host, entries)

@@ -6,7 +6,7 @@ select (:func:`pipelines.stores.store_from_settings`: the SQLite file or
 MongoDB), in its ``recrawl_schedule`` table or collection (url, due time in
 ms, record), through a connection of its own; only the due window is in
 Redis. It satisfies the ``ScheduleStore`` protocol of
-:mod:`extensions.recrawl` (url, due, opaque record: nothing of Redis): a
+:mod:`extensions.extensions.recrawl` (url, due, opaque record: nothing of Redis): a
 :class:`~pipelines.stores.base.TransientStoreError` reaches it as the
 ``ConnectionError`` the protocol names (the extension retries at its next
 poll); a permanent error propagates.

@@ -5,7 +5,8 @@ webcrawl add-on sets it): requests past the frontier's cap wait in the page
 store the settings select (:func:`pipelines.stores.store_from_settings`: the
 SQLite file or MongoDB), in its ``spilled_requests`` table or collection,
 through a connection of its own. It satisfies the ``SpillStore`` protocol of
-:mod:`extensions.spill` (host, score, serialized request: nothing of Redis).
+:mod:`extensions.core.frontier.spill` (host, score, serialized request: nothing of
+Redis).
 
 Settings read: those of the page store (``PAGE_STORE``, ``MONGO_URI``,
 ``WEBCRAWL_HOME``, ``SQLITE_PATH``, ...).

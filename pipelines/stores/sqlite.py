@@ -25,8 +25,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from extensions.config import setting_or_env
-from extensions.embedded_redis import webcrawl_home
+from extensions.connection.embedded import webcrawl_home
+from extensions.settings.config import setting_or_env
 from pipelines import defaults
 from pipelines.stores.base import (
     CONTENT_FIELDS,
@@ -563,7 +563,8 @@ class SQLiteStore:
             except sqlite3.Error as e:
                 raise _store_error(e, what) from e
 
-    # -- the frontier spill (extensions.spill.SpillStore) ----------------------
+    # -- the frontier spill (extensions.core.frontier.spill.SpillStore)
+    # ----------------------
 
     def spill_append(self, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
         self._write_many(

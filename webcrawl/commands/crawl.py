@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 
-from extensions.scheduler import REDIS_AUTH_REASON
+from extensions.core.scheduler import REDIS_AUTH_REASON
 from pipelines.storage import UNSTORED_STAT
 
 if TYPE_CHECKING:

@@ -1,6 +1,7 @@
 """``scrapy dlq list|requeue|purge [--reason R] [--host H] [--json] [--all]``
 
-The dead-letter queue of a crawl (:mod:`extensions.dlq`): every URL whose
+The dead-letter queue of a crawl (:mod:`extensions.core.frontier.deadletters`): every
+URL whose
 story ended in a terminal failure, with its reason class, last status or
 error, attempts and failure times.
 
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import UsageError
 
-from extensions.dlq import DeadLetters
+from extensions.core.frontier.deadletters import DeadLetters
 from webcrawl.operate import OperatorCommand, client_for, partitions_of
 
 if TYPE_CHECKING:

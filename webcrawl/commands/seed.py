@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import UsageError
 
-from extensions.seeds import seed_url_limit
+from extensions.core.seeds import seed_url_limit
 from webcrawl.operate import OperatorCommand, check_seed_lines, push_seeds
 
 if TYPE_CHECKING:

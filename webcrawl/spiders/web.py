@@ -5,7 +5,7 @@ Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
 ``WEB_SCOPE_SEED_HOSTS``, ``WEBCRAWL_WORKER_ID``, ``LINK_SKIP_EXTENSIONS``,
 ``PARSE_OFFLOAD_BYTES`` (defaults in :mod:`webcrawl.defaults`),
 ``REDIS_RETRY_MAX``, ``RECRAWL_ENABLED``, ``MAX_OUTLINKS_PER_PAGE``,
-``FRONTIER_HEARTBEAT_INTERVAL`` (:mod:`extensions.defaults`) and Scrapy's
+``FRONTIER_HEARTBEAT_INTERVAL`` (:mod:`extensions.settings.defaults`) and Scrapy's
 ``URLLENGTH_LIMIT`` (the longest seed URL accepted; 0 keeps the 2083 cap,
 since a seed is always bounded).
 
@@ -14,14 +14,14 @@ Spider arguments (``-a``): ``allowed_domains`` (comma list), ``max_depth``
 limit).
 
 Seeds: ``redis-cli lpush web:start_urls URL`` (or a JSON object, see
-:mod:`extensions.seeds`). ``start()`` takes what is in the list when the crawl
+:mod:`extensions.core.seeds`). ``start()`` takes what is in the list when the crawl
 opens; afterwards a poll every ``SEED_POLL_INTERVAL`` seconds (one Redis call,
 no busy loop) feeds new seeds to the engine while the crawl runs. A failing
 poll backs off (doubling up to ``REDIS_RETRY_MAX``) and keeps trying: Redis
 being away is logged once at WARNING, any other failure at ERROR with its
 traceback each time.
 
-No seed is lost when a worker dies (:mod:`extensions.seeds`, "Hand-over"): a
+No seed is lost when a worker dies (:mod:`extensions.core.seeds`, "Hand-over"): a
 take moves the entries to this worker's taken list, each seed request carries
 its entry (``meta["seed_taken"]``), and the entry leaves the list once the
 scheduler has queued the request (signal
@@ -67,23 +67,25 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.gz import gunzip
 from scrapy.utils.sitemap import Sitemap
 
-import extensions.defaults
-from extensions import config
-from extensions.config import SettingsError
+import extensions.settings.defaults
 from extensions.connection import TRANSIENT_REDIS_ERRORS, new_async_client
-from extensions.dlq import dead_letter
-from extensions.failures import FAILURE_META, classify_exception
+from extensions.core.frontier.deadletters import dead_letter
+from extensions.core.frontier.frontier import worker_id
+from extensions.core.frontier.serialization import UnserializableRequest
+from extensions.core.scheduler import DEAD_AFTER_HEARTBEATS, wake_engine
+from extensions.core.seeds import SeedList, seed_url_limit
 from extensions.meta import (
+    FAILURE_META,
     FRONTIER_LEASE,
     RECRAWL_RECORD,
     SEED_TAKEN,
     SITEMAP_CHANGEFREQ,
 )
-from extensions.scheduler import DEAD_AFTER_HEARTBEATS, wake_engine, worker_id
-from extensions.seeds import SeedList, seed_url_limit
-from extensions.serialization import UnserializableRequest
+from extensions.settings import config
+from extensions.settings.config import SettingsError
 from extensions.signals import request_dead, seeds_settled
-from extensions.traps import TrapFiltered
+from extensions.spidermiddlewares.traps import TrapFiltered
+from extensions.utils.failures import classify_exception
 from pipelines.items import PageItem
 from pipelines.processing import Extracted, extract
 from webcrawl import defaults
@@ -126,7 +128,7 @@ def _max_depth(value: str | int | None) -> int | None:
     (2, None, None)
     >>> _max_depth("0")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    extensions.config.SettingsError: max_depth=0 is not allowed: use a whole ...
+    extensions...SettingsError: max_depth=0 is not allowed: use a whole ...
     """
     if value is None or value == "":
         return None
@@ -183,7 +185,7 @@ class WebSpider(Spider):
         # busy loop). The add-on does it again, and checks them, before the
         # crawl starts.
         super().update_settings(settings)
-        config.install(settings, extensions.defaults)
+        config.install(settings, extensions.settings.defaults)
         config.install(settings, defaults)
 
     @classmethod
@@ -212,7 +214,7 @@ class WebSpider(Spider):
             "." + ext.lower().lstrip(".") for ext in s.getlist("LINK_SKIP_EXTENSIONS")
         )
         # Sitemap <changefreq> hints travel with requests only when revisits
-        # are on (extensions.recrawl): otherwise they would cost queue bytes.
+        # are on (extensions.extensions.recrawl): otherwise they would cost queue bytes.
         spider.recrawl = s.getbool("RECRAWL_ENABLED")
         crawler.signals.connect(spider._on_idle, signal=signals.spider_idle)
         crawler.signals.connect(spider._on_closed, signal=signals.spider_closed)
@@ -458,7 +460,7 @@ class WebSpider(Spider):
         )
 
     def revisit_request(self, request: Request) -> Request:
-        """Complete a revisit of the continuous crawl (extensions.recrawl):
+        """Complete a revisit of the continuous crawl (extensions.extensions.recrawl):
         a failed revisit is recorded like any failed page."""
         return request.replace(errback=self.on_error)
 
@@ -475,7 +477,8 @@ class WebSpider(Spider):
             yield self._item(response)
             return
         if not isinstance(response, HtmlResponse) and _looks_like_sitemap(response):
-            # Sitemap: lines of robots.txt arrive as seeds (extensions.robots).
+            # Sitemap: lines of robots.txt arrive as seeds
+            # (extensions.downloadermiddlewares.robotstxt).
             # Up to 50 MB of XML: inflated off the loop (zlib lets go of the
             # GIL), parsed lazily, with a turn of the loop every LINK_CHUNK
             # entries, as for a page's links (tests/test_parse_stall.py).

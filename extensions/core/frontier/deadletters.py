@@ -1,0 +1,407 @@
+"""The dead-letter queue: every URL whose story ended in a terminal failure.
+
+Keys (see :mod:`extensions.keys`; one pair per frontier partition, a letter
+in its host's): ``web:{web}:dlq``, a HASH of URL -> JSON
+entry, and ``web:{web}:dlq:reasons``, a HASH of reason class -> count kept
+in step by the scripts below (the status command reads sizes by reason
+without a scan). An entry holds::
+
+    {"url": ..., "host": "http://a.test:80", "reason": "dns",
+     "status": 503 or null, "error": "DNSLookupError: ..." or null,
+     "attempts": 2, "first_failure": 1763860000.1, "last_failure": ...,
+     "priority": 0, "request": "<the request as the frontier queues it>"}
+
+``request`` is the frontier's own serialization of the request
+(:func:`extensions.core.frontier.serialization.request_to_bytes`) without its failure
+history, so :meth:`DeadLetters.requeue` puts it back exactly as it was first
+queued, past the dupefilter, with a fresh failure budget. The page stays on
+record in the page store as well: the spider stores every final failure it
+sees; a dead letter written elsewhere (by the scheduler, or by a frontier
+script: the host-down sweep, the commit's diversion of a down host's URLs)
+is listed in ``web:{web}:dlq:unrecorded`` until the scheduler hands it, a
+page at a time (:meth:`DeadLetters.unrecorded`), to whoever records failed
+pages (signal :data:`extensions.signals.dead_letters_unrecorded`).
+One entry per URL: a URL that fails again replaces its entry.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from extensions import meta
+from extensions.connection.scripts import script
+from extensions.core.frontier.frontier import PartitionedFrontier, QueuedRequest
+from extensions.core.frontier.lua import LUA_DLQ, LUA_RECORD
+from extensions.core.frontier.serialization import request_to_bytes
+from extensions.keys import FrontierKeys
+from extensions.meta import FAILURE_META
+from extensions.utils.hosts import host_key, host_partition, hostname_of
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    import redis.asyncio as aredis
+    from scrapy import Request, Spider
+
+# Per-attempt meta a re-queued request must not carry: its failure history,
+# the redirect chain it followed, the politeness deferrals it went through.
+_ATTEMPT_META = (
+    FAILURE_META,
+    "redirect_urls",
+    "redirect_reasons",
+    "redirect_times",
+    "redirect_ttl",
+    "politeness_deferrals",
+    "politeness_deferred",
+    "politeness_lock",
+    meta.HOST_DOWN,
+)
+
+
+# add: store or replace one entry and keep the per-reason counts in step.
+# KEYS[1] dlq HASH, KEYS[2] reasons HASH, KEYS[3] unrecorded LIST
+# ARGV[1] URL, ARGV[2] reason (the entry's), ARGV[3] entry JSON,
+# ARGV[4] '1' when no page record exists for it (the URL is then listed in
+# KEYS[3], see unrecorded below), else '0'.
+# Returns 1 if the URL was new (see dlq_put).
+ADD_LUA = (
+    LUA_DLQ
+    + """
+local new = dlq_put(KEYS[1], KEYS[2], ARGV[1], cjson.decode(ARGV[3]))
+if ARGV[4] == '1' then redis.call('RPUSH', KEYS[3], ARGV[1]) end
+return new
+"""
+)
+
+# unrecorded: take a page of the dead letters written with no page record in
+# the store (by the scheduler, or by a script: the host-down sweep, the
+# commit's diversion of a down host's URLs), oldest first.
+# KEYS[1] dlq HASH, KEYS[2] unrecorded LIST; ARGV[1] page size
+# Returns {URLs still listed after this page, entry JSON...}: a URL whose
+# entry is gone meanwhile (re-queued, purged) is skipped. A page, not the
+# whole list: a sweep of a big host never builds one giant reply.
+UNRECORDED_LUA = """
+local urls = redis.call('LPOP', KEYS[2], tonumber(ARGV[1]))
+local out = {0}
+if urls then
+  for _, url in ipairs(urls) do
+    local entry = redis.call('HGET', KEYS[1], url)
+    if entry then out[#out + 1] = entry end
+  end
+end
+out[1] = redis.call('LLEN', KEYS[2])
+return out
+"""
+
+# host down: the verdict on a host that has been failing (no response at all)
+# for ``HOST_DOWN_AFTER``, and the sweep of its waiting requests into the
+# dead-letter queue, in one step. Single-slot: every key is the frontier's
+# (one host's queue and record, and the frontier's ready, delayed and DLQ).
+# KEYS[1] host record HASH, KEYS[2] host queue ZSET, KEYS[3] ready ZSET,
+# KEYS[4] delayed ZSET, KEYS[5] dlq HASH, KEYS[6] reasons HASH,
+# KEYS[7] dlq unrecorded LIST
+# ARGV[1] host key, ARGV[2] HOST_DOWN_AFTER (or DNS_DOWN_AFTER) ms,
+# ARGV[3] HOST_DOWN_TTL ms, ARGV[4] the error to record, ARGV[5] the
+# verdict's reason: 'host_down', or 'dns' (a name that does not resolve)
+# When a verdict is in force (``down`` in the future): nothing to do. Else,
+# when the record's ``failing_since`` is at least ARGV[2] ms old: ``down`` =
+# now + ARGV[3] and ``down_reason`` = ARGV[5] (the commit's dead letters of
+# the host take that reason, see dlq_member), the host parked as long
+# (nothing of it is leased), every request of its queue and of the delayed
+# ZSET dead-lettered with reason ARGV[5] (the delayed ZSET is read whole: a
+# verdict is rare, and it holds retries only). Returns {requests
+# dead-lettered, the verdict's end in ms (0: none in force), 1 if this call
+# made the verdict else 0}.
+HOST_DOWN_LUA = (
+    LUA_DLQ
+    + LUA_RECORD
+    + """
+local hkey, q, ready, delayed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local dlq, reasons, unrecorded = KEYS[5], KEYS[6], KEYS[7]
+local host, err, why = ARGV[1], ARGV[4], ARGV[5]
+local now = now_ms()
+local rec = host_record(hkey)
+if rec.down > now then return {0, rec.down, 0} end
+local since = rec.failing_since
+if since == 0 or now - since < tonumber(ARGV[2]) then return {0, 0, 0} end
+local down = now + tonumber(ARGV[3])
+redis.call('HSET', hkey, 'down', down, 'down_reason', why)
+park_until(hkey, rec, down)
+local n = 0
+local queued = redis.call('ZRANGE', q, 0, -1, 'WITHSCORES')
+for i = 1, #queued, 2 do
+  -- The frontier's score: (32768 - priority) * 2^36 + seq.
+  local prio = 32768 - math.floor(tonumber(queued[i + 1]) / 68719476736)
+  n = n + dlq_member(dlq, reasons, unrecorded, hkey, host, prio, queued[i], why,
+                     err)
+end
+redis.call('DEL', q)
+redis.call('ZREM', ready, host)
+local head = host .. '\\n'
+for _, entry in ipairs(redis.call('ZRANGE', delayed, 0, -1)) do
+  if string.sub(entry, 1, #head) == head then
+    local prio, member = string.match(entry, '^[^\\n]+\\n([^\\n]*)\\n(.*)$')
+    if member then
+      n = n + dlq_member(dlq, reasons, unrecorded, hkey, host,
+                         tonumber(prio) or 0, member, why, err)
+    end
+    redis.call('ZREM', delayed, entry)
+  end
+end
+return {n, down, 1}
+"""
+)
+
+# remove: delete entries and keep the per-reason counts in step.
+# KEYS[1] dlq HASH, KEYS[2] reasons HASH; ARGV: pairs of a URL and the entry
+# expected ('': any): an entry that changed meanwhile (the URL failed again,
+# or a requeue put it straight back) is kept.
+# Returns the number of entries deleted.
+REMOVE_LUA = """
+local n = 0
+for i = 1, #ARGV, 2 do
+  local url, expected = ARGV[i], ARGV[i + 1]
+  local old = redis.call('HGET', KEYS[1], url)
+  if old and (expected == '' or old == expected) then
+    local reason = cjson.decode(old)['reason']
+    if redis.call('HINCRBY', KEYS[2], reason, -1) <= 0 then
+      redis.call('HDEL', KEYS[2], reason)
+    end
+    redis.call('HDEL', KEYS[1], url)
+    n = n + 1
+  end
+end
+return n
+"""
+
+
+@dataclass
+class DeadLetter:
+    """One terminal failure, as the spider or a middleware reports it."""
+
+    url: str
+    host: str
+    reason: str
+    request: str  # the frontier's serialization, failure history removed
+    priority: int = 0
+    status: int | None = None
+    error: str | None = None
+    attempts: int = 1
+    first_failure: float | None = None
+    last_failure: float | None = None  # set when written (Redis's clock)
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, separators=(",", ":"))
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> DeadLetter:
+        """The letter of a stored entry (unknown fields ignored)."""
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in entry.items() if k in names})
+
+
+def dead_letter(
+    request: Request,
+    spider: Spider | None,
+    reason: str,
+    *,
+    status: int | None = None,
+    error: str | None = None,
+) -> DeadLetter:
+    """The dead letter of ``request``: the request as it was first queued
+    (the first URL of a redirect chain, no per-attempt meta), with the
+    failure record it carries (``meta["failure"]``) when it has one.
+    Raises :class:`extensions.core.frontier.serialization.UnserializableRequest`."""
+    record = request.meta.get(FAILURE_META) or {}
+    urls = request.meta.get("redirect_urls") or [request.url]
+    meta = {k: v for k, v in request.meta.items() if k not in _ATTEMPT_META}
+    original = request.replace(url=urls[0], meta=meta)
+    return DeadLetter(
+        url=urls[0],
+        host=host_key(urls[0]),
+        reason=reason,
+        request=request_to_bytes(original, spider).decode(),
+        priority=request.priority,
+        status=status if status is not None else record.get("status"),
+        error=error if error is not None else record.get("error"),
+        attempts=int(record.get("attempts") or 1),
+        first_failure=record.get("first"),
+    )
+
+
+def matches(entry: dict[str, Any], reason: str | None, host: str | None) -> bool:
+    """The ``--reason`` / ``--host`` filter of the commands; ``host`` matches
+    the host key (``http://a.test:80``) or the bare host name.
+
+    >>> e = {"reason": "dns", "host": "http://a.test:80"}
+    >>> matches(e, "dns", None), matches(e, None, "a.test"), matches(e, "tls", None)
+    (True, True, False)
+    """
+    if reason and entry.get("reason") != reason:
+        return False
+    if host:
+        key = str(entry.get("host", ""))
+        if host.lower() not in (key, hostname_of(key)):
+            return False
+    return True
+
+
+class DeadLetters:
+    """Asynchronous access to one crawl's dead-letter queue.
+
+    With several frontier partitions each partition has its own queue (the
+    frontier's commit and the host-down sweep write dead letters in the
+    script that reads the host's queue and record: one slot); a letter goes
+    to its host's partition, and the reads here cover every partition.
+    """
+
+    def __init__(self, client: aredis.Redis, prefix: str, partitions: int = 1) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.partitions = partitions
+        self.parts = [FrontierKeys(prefix, p, partitions) for p in range(partitions)]
+        self.keys = self.parts[0]
+
+    def _keys(self, hostkey: str) -> FrontierKeys:
+        return self.parts[host_partition(hostkey, self.partitions)]
+
+    async def add(self, letters: Iterable[DeadLetter], *, recorded: bool = True) -> int:
+        """Store ``letters``; return how many URLs were new to the queue.
+        ``recorded=False``: no page record exists for them (the spider's
+        errback makes one for its own): they are listed for
+        :meth:`unrecorded`."""
+        new = 0
+        for letter in letters:
+            k = self._keys(letter.host)
+            new += int(
+                await script(self.client, ADD_LUA)(
+                    keys=[k.dlq, k.dlq_reasons, k.dlq_unrecorded],
+                    args=[
+                        letter.url,
+                        letter.reason,
+                        letter.to_json(),
+                        "0" if recorded else "1",
+                    ],
+                )
+            )
+        return new
+
+    async def unrecorded(self, page: int) -> tuple[list[DeadLetter], int]:
+        """Up to ``page`` dead letters per partition that have no page
+        record yet (:data:`UNRECORDED_LUA`), taken off the list, and how
+        many are still listed after them."""
+        letters: list[DeadLetter] = []
+        left = 0
+        for k in self.parts:
+            reply = await script(self.client, UNRECORDED_LUA)(
+                keys=[k.dlq, k.dlq_unrecorded], args=[page]
+            )
+            left += int(reply[0])
+            letters += [DeadLetter.from_entry(json.loads(e)) for e in reply[1:]]
+        return letters, left
+
+    async def host_down(
+        self,
+        hostkey: str,
+        after_ms: int,
+        ttl_ms: int,
+        error: str,
+        reason: str = "host_down",
+    ) -> tuple[int, int, bool]:
+        """Judge ``hostkey`` down if it has been failing for ``after_ms``,
+        and then dead-letter its waiting requests with ``reason``
+        (``host_down``, or ``dns``: see :data:`HOST_DOWN_LUA`):
+        ``(requests dead-lettered, end of the verdict in force in epoch ms
+        of the Redis clock or 0 when none, whether this call made it)``."""
+        k = self._keys(hostkey)
+        n, down, made = await script(self.client, HOST_DOWN_LUA)(
+            keys=[
+                k.host(hostkey),
+                k.queue(hostkey),
+                k.ready,
+                k.delayed,
+                k.dlq,
+                k.dlq_reasons,
+                k.dlq_unrecorded,
+            ],
+            args=[hostkey, int(after_ms), int(ttl_ms), error[:500], reason],
+        )
+        return int(n), int(down), bool(made)
+
+    async def sizes(self) -> dict[str, int]:
+        """Dead letters per reason class (one HGETALL per partition: cheap
+        enough for a status poll)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for k in self.parts:
+                pipe.hgetall(k.dlq_reasons)
+            replies = cast("list[dict[bytes, bytes]]", await pipe.execute())
+        total: dict[str, int] = {}
+        for raw in replies:
+            for reason, n in raw.items():
+                total[reason.decode()] = total.get(reason.decode(), 0) + int(n)
+        return {r: n for r, n in sorted(total.items()) if n > 0}
+
+    async def entries(
+        self, reason: str | None = None, host: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The entries matching the filters, oldest last failure first."""
+        return [entry for _p, _blob, entry in await self._matching(reason, host)]
+
+    async def _matching(
+        self, reason: str | None, host: str | None
+    ) -> list[tuple[int, bytes, dict[str, Any]]]:
+        """:meth:`entries`, each with its partition and its stored JSON."""
+        found = []
+        for p, k in enumerate(self.parts):
+            async for _url, blob in self.client.hscan_iter(k.dlq, count=1000):
+                entry = json.loads(blob)
+                if matches(entry, reason, host):
+                    found.append((p, blob, entry))
+        found.sort(key=lambda t: (t[2].get("last_failure") or 0, t[2]["url"]))
+        return found
+
+    async def purge(self, reason: str | None = None, host: str | None = None) -> int:
+        found = await self._matching(reason, host)
+        return await self._delete([(p, e["url"], b"") for p, _blob, e in found])
+
+    async def requeue(self, reason: str | None = None, host: str | None = None) -> int:
+        """Put the matching requests back in the frontier, exactly as first
+        queued and past the dupefilter (which has seen them), then delete
+        their entries. Queued before deleted: a stop in between leaves a URL
+        both queued and dead-lettered, never neither. An entry the commit
+        wrote again (a host judged down dead-letters its requests) is kept:
+        it is not counted as re-queued."""
+        found = await self._matching(reason, host)
+        frontier = PartitionedFrontier(self.client, self.prefix, self.partitions)
+        done = 0
+        for i in range(0, len(found), 500):
+            chunk = found[i : i + 500]
+            await frontier.commit(
+                [
+                    QueuedRequest(
+                        e["host"], int(e.get("priority") or 0), e["request"].encode()
+                    )
+                    for _p, _blob, e in chunk
+                ]
+            )
+            done += await self._delete([(p, e["url"], blob) for p, blob, e in chunk])
+        return done
+
+    async def _delete(self, entries: list[tuple[int, str, bytes]]) -> int:
+        """Delete ``(partition, url, expected entry)`` triples (see
+        :data:`REMOVE_LUA`)."""
+        by_part: dict[int, list[str | bytes]] = {}
+        for p, url, expected in entries:
+            by_part.setdefault(p, []).extend((url, expected))
+        n = 0
+        for p, args in sorted(by_part.items()):
+            k = self.parts[p]
+            for i in range(0, len(args), 1000):
+                n += int(
+                    await script(self.client, REMOVE_LUA)(
+                        keys=[k.dlq, k.dlq_reasons], args=args[i : i + 1000]
+                    )
+                )
+        return n

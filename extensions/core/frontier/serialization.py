@@ -1,0 +1,254 @@
+"""Requests as compact, safe bytes for the frontier (never pickle).
+
+A queued request is the JSON of ``Request.to_dict()`` with every field that
+holds its default left out, top-level field names shortened, and the URL kept
+in front as plain text::
+
+    https://a.test/page            a GET with nothing else to say
+    https://a.test/p\\n{"m":{"depth":2}}   anything else: a short JSON tail
+
+Priority is left out as well: the frontier keeps it in the ZSET score. This
+keeps a typical queued page request under 200 bytes of Redis memory, ZSET
+overhead included (see ``bench/RESULTS.md``). JSON means a shared Redis
+holds data, not code: anyone who can write to it cannot run code in workers.
+Decoding keeps it that way: a stored request class must be one of
+:data:`REQUEST_CLASSES` (Scrapy would import any dotted path it is given), and
+a callback or errback must name a public method the spider itself defines
+(or ``parse``); anything else raises :class:`CorruptEntry`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from scrapy import Request, Spider
+from scrapy.utils.request import request_from_dict
+
+from extensions.meta import FRONTIER_LEASE
+
+# Values equal to these are not stored (Request's own defaults).
+_DEFAULTS: dict[str, Any] = {
+    "callback": None,
+    "errback": None,
+    "headers": {},
+    "method": "GET",
+    "body": b"",
+    "cookies": {},
+    "meta": {},
+    "encoding": "utf-8",
+    "priority": 0,
+    "dont_filter": False,
+    "flags": [],
+    "cb_kwargs": {},
+}
+_SHORT = {
+    "callback": "c",
+    "errback": "e",
+    "headers": "h",
+    "method": "M",
+    "body": "b",
+    "cookies": "k",
+    "meta": "m",
+    "encoding": "n",
+    "dont_filter": "f",
+    "flags": "F",
+    "cb_kwargs": "a",
+    "_class": "C",
+}
+_LONG = {v: k for k, v in _SHORT.items()}
+# Meta keys never stored: per-attempt state that must not survive a re-queue.
+TRANSIENT_META = frozenset({"download_slot", "download_latency", FRONTIER_LEASE})
+
+
+# The request classes a queued entry may name (``_class``): the ones Scrapy
+# ships that webcrawl's components can produce. Anything else is refused
+# before Scrapy's ``load_object`` would import it.
+REQUEST_CLASSES = frozenset(
+    {
+        "scrapy.http.request.Request",
+        "scrapy.http.request.form.FormRequest",
+        "scrapy.http.request.json_request.JsonRequest",
+    }
+)
+
+
+class CorruptEntry(ValueError):
+    """A frontier entry that is not a request this project wrote: bad bytes,
+    bad JSON, a request class or callback that is not allowed."""
+
+
+class UnserializableRequest(ValueError):
+    """The request cannot be stored as JSON (e.g. a lambda callback or a meta
+    value JSON cannot represent)."""
+
+
+def _encode_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        # Header values and bodies are bytes: keep them as latin-1 text with a
+        # marker, which round-trips every byte.
+        return {"$b": value.decode("latin-1")}
+    if isinstance(value, dict):
+        # Header names are bytes: JSON keys must be text (latin-1 round-trips).
+        return {
+            (k.decode("latin-1") if isinstance(k, bytes) else str(k)): _encode_value(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_encode_value(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise UnserializableRequest(f"cannot store a {type(value).__name__} in JSON")
+
+
+def _decode_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1 and "$b" in value:
+            raw = value["$b"]
+            if not isinstance(raw, str):
+                raise CorruptEntry("a bytes value that is not text")
+            try:
+                return raw.encode("latin-1")
+            except UnicodeEncodeError:
+                raise CorruptEntry("a bytes value beyond latin-1") from None
+        return {k: _decode_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode_value(v) for v in value]
+    return value
+
+
+def _method_name(spider: Spider | None, func: Any) -> str | None:
+    """The name of the spider method ``func``, found by name first: Scrapy's
+    own lookup scans every member of the spider (``inspect.getmembers``), a
+    cost paid for every outlink of every page."""
+    if func is None or isinstance(func, str):
+        return func
+    name = getattr(func, "__name__", "")
+    self_of = getattr(func, "__self__", None)
+    if spider is not None and self_of is spider and getattr(spider, name, None) == func:
+        return str(name)
+    raise _SlowPath
+
+
+class _SlowPath(Exception):
+    pass
+
+
+def _request_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
+    """``request.to_dict(spider=spider)``, with a fast path for callbacks."""
+    try:
+        d: dict[str, Any] = {
+            "url": request.url,
+            "callback": _method_name(spider, request.callback),
+            "errback": _method_name(spider, request.errback),
+            "headers": dict(request.headers),
+        }
+        for attr in request.attributes:
+            d.setdefault(attr, getattr(request, attr))
+        if type(request) is not Request:  # subclasses add their own fields
+            return request.to_dict(spider=spider)
+        return d
+    except _SlowPath:
+        try:
+            return request.to_dict(spider=spider)
+        except ValueError as exc:  # a callback that is not a spider method
+            raise UnserializableRequest(str(exc)) from exc
+
+
+def request_to_bytes(request: Request, spider: Spider | None = None) -> bytes:
+    """Serialize ``request`` for the frontier.
+
+    >>> from scrapy import Request
+    >>> request_to_bytes(Request("https://a.test/x"))
+    b'https://a.test/x'
+    >>> request_to_bytes(Request("https://a.test/x", meta={"depth": 2}, priority=9))
+    b'https://a.test/x\\n{"m":{"depth":2}}'
+    """
+    d = _request_dict(request, spider)
+    url = d.pop("url")
+    if "\n" in url:
+        raise UnserializableRequest("URL contains a newline")
+    d.pop("priority", None)
+    meta = d.get("meta") or {}
+    if any(k in meta for k in TRANSIENT_META):
+        d["meta"] = {k: v for k, v in meta.items() if k not in TRANSIENT_META}
+    rest = {
+        _SHORT.get(k, k): _encode_value(v)
+        for k, v in d.items()
+        if k not in _DEFAULTS or v != _DEFAULTS[k]
+    }
+    if not rest:
+        return url.encode()
+    try:
+        tail = json.dumps(rest, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise UnserializableRequest(str(exc)) from exc
+    return f"{url}\n{tail}".encode()
+
+
+def request_from_bytes(
+    data: bytes, spider: Spider | None = None, priority: int = 0
+) -> Request:
+    """Inverse of :func:`request_to_bytes`; raises :class:`CorruptEntry` (only)
+    for an entry it will not turn into a request.
+
+    >>> r = request_from_bytes(b'https://a.test/x\\n{"m":{"depth":2}}', priority=3)
+    >>> r.url, r.meta["depth"], r.priority
+    ('https://a.test/x', 2, 3)
+    >>> from scrapy import Request
+    >>> h = Request("https://a.test/", headers={"Referer": "https://b.test/"})
+    >>> request_from_bytes(request_to_bytes(h)).headers["Referer"]
+    b'https://b.test/'
+    >>> request_from_bytes(b'https://a.test/\\n{"C":"this.s"}')
+    Traceback (most recent call last):
+    ...
+    extensions...CorruptEntry: request class 'this.s' is not allowed
+    """
+    try:
+        text = data.decode()
+        url, _, tail = text.partition("\n")
+        d: dict[str, Any] = {"url": url, "priority": priority}
+        if tail:
+            fields = json.loads(tail)
+            if not isinstance(fields, dict):
+                raise CorruptEntry("the JSON tail is not an object")
+            for k, v in fields.items():
+                d[str(_LONG.get(k, k))] = _decode_value(v)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise CorruptEntry(f"not a stored request: {exc}") from None
+    cls = d.get("_class")
+    if cls is not None and cls not in REQUEST_CLASSES:
+        raise CorruptEntry(f"request class {str(cls)[:100]!r} is not allowed")
+    for name in ("callback", "errback"):
+        if d.get(name):
+            _check_method(spider, d[name])
+    try:
+        return request_from_dict(d, spider=spider)
+    except (TypeError, ValueError, AttributeError) as exc:
+        # Fields of the wrong type or shape reach Request's constructor.
+        raise CorruptEntry(f"not a stored request: {exc}") from None
+
+
+def _check_method(spider: Spider | None, name: Any) -> None:
+    """A stored callback names a public method of the spider's own class (or
+    ``parse``), never an attribute of Scrapy's ``Spider`` such as ``close``
+    or anything private."""
+    ok = (
+        isinstance(name, str)
+        and spider is not None
+        and name.isidentifier()
+        and not name.startswith("_")
+        and (name == "parse" or not hasattr(Spider, name))
+        and callable(getattr(type(spider), name, None))
+    )
+    if not ok:
+        raise CorruptEntry(f"callback {str(name)[:100]!r} is not a spider method")
+
+
+def priority_from_score(score: float) -> int:
+    """Recover ``request.priority`` from a frontier score.
+
+    >>> priority_from_score((32768 - 7) * 2**36 + 12345)
+    7
+    """
+    return 32768 - int(score) // 2**36

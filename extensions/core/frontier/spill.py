@@ -1,0 +1,419 @@
+"""The frontier spill: queues past a cap wait in the page store, not in Redis.
+
+A host may queue at most ``FRONTIER_HOST_QUEUE_MAX`` requests in Redis; while
+the crawl's Redis ``used_memory`` is over ``FRONTIER_MAX_MEMORY`` (sampled
+with ``INFO memory`` every :data:`MEMORY_SAMPLE_S` seconds, not per request)
+the cap is ``FRONTIER_SPILL_BATCH`` (on a Redis Cluster: while the fullest
+master's is). The frontier's commit script refuses a
+request of a host over its cap, or of a host that already has requests
+spilled, and returns it with the score it would have queued with (priority,
+then arrival); the worker appends it to the spill store
+(``FRONTIER_SPILL_STORE``, a class path built with ``build_from_crawler``,
+satisfying :class:`SpillStore`; the webcrawl add-on names the page store's,
+:class:`pipelines.stores.spill.PageStoreSpill`). As the host's queue drains
+below ``FRONTIER_SPILL_BATCH``, one worker at a time (a token lock per host,
+:mod:`extensions.connection.locks`) takes the next ``FRONTIER_SPILL_BATCH`` entries in
+score order from the store, puts them back in Redis with their original
+scores (:data:`REFILL_LUA`) and deletes them from the store. Stats:
+``frontier/spilled``, ``frontier/refilled``.
+
+Order: every request queued in Redis for a host scores below every one
+spilled (the commit script spills the queue's last in place of a new request
+that scores below it), and a refill moves the lowest-scored spilled requests
+back, so a host's requests are leased in the order Redis alone would lease
+them. A refill starts only when no spilled request is on its way to the
+store (the host record's ``spilling``, see :mod:`extensions.core.frontier.hostrecord`),
+and
+moves back only the requests it read that score below every request spilled
+since it started (``spill_low``), so it never moves a later request ahead of
+an earlier one, and commits spilling meanwhile never starve it.
+
+Nothing lost: a request refused by the cap stays in the worker's write-ahead
+entry (:meth:`extensions.core.frontier.frontier.Frontier.log_ahead`) until the worker
+has
+written it to the store and confirmed it (:data:`SPILLED_LUA`); a worker that
+dies in between has it queued again in Redis, with its score, by recovery.
+A worker that dies after a refill script but before deleting the moved
+entries from the store leaves them in both: they are queued again by a later
+refill (a no-op while still queued, a re-fetch if already fetched): a
+re-fetch beats a lost URL.
+
+Without a spill store (``FRONTIER_SPILL_STORE`` empty) there is no cap:
+queues grow in Redis, and a cap set above its default is reported once at
+open (a component wired by hand keeps working; the add-on always names the
+page store's spill).
+
+A host judged down (``HOST_DOWN_AFTER``, its record's ``down``) spills
+nothing: the commit script dead-letters its new requests as ``host_down``,
+and a refill dead-letters the spilled ones it reads in the same way.
+
+Retries (``delayed``), recovered write-ahead batches and leases handed back
+or reclaimed bypass the cap: they are few, and they keep their place.
+
+Settings read: ``FRONTIER_HOST_QUEUE_MAX``, ``FRONTIER_MAX_MEMORY``,
+``FRONTIER_SPILL_STORE``, ``FRONTIER_SPILL_BATCH``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
+
+from scrapy.utils.misc import build_from_crawler, load_object
+
+from extensions.connection import info_per_master
+from extensions.connection.locks import TokenLock, new_token
+from extensions.connection.scripts import script
+from extensions.core.frontier.lua import LUA_DLQ, LUA_SCHEDULE_HOST
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from scrapy.crawler import Crawler
+
+    from extensions.core.frontier.frontier import Frontier, Spilled
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Seconds between samples of Redis used_memory (FRONTIER_MAX_MEMORY).
+MEMORY_SAMPLE_S = 5.0
+# Seconds between looks at the refill SET when nothing else woke the worker.
+REFILL_POLL_S = 0.5
+# Hosts refilled per look: a bounded round, the other workers take the rest.
+REFILL_HOSTS = 8
+# The refill lock's TTL: a store round trip or two, with room.
+REFILL_LOCK_MS = 30_000
+
+
+@runtime_checkable
+class SpillStore(Protocol):
+    """Where requests past the cap wait: per host, entries (score, request)
+    kept in score order. Called from one worker thread (never the reactor).
+    ``spill_append`` is idempotent (an entry written twice is kept once:
+    scores are unique per host)."""
+
+    def spill_append(self, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
+        """Keep ``entries`` (score, serialized request) of ``host``."""
+        ...
+
+    def spill_take(self, host: str, n: int) -> list[tuple[int, bytes]]:
+        """The first ``n`` entries of ``host`` by score (not removed)."""
+        ...
+
+    def spill_delete(self, host: str, scores: Sequence[int]) -> None:
+        """Remove the entries of ``host`` with these scores."""
+        ...
+
+    def spill_count(self, host: str | None = None) -> int:
+        """Entries kept, of ``host`` or of every host."""
+        ...
+
+    def spill_clear(self) -> int:
+        """Remove every entry (the crawl starts afresh); returns how many."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# refill start: a refill of one host may read the store only when every
+# request spilled so far is written there; it clears `spill_low`, so the
+# commit script records the lowest score spilled from now on.
+# KEYS[1] the host record. Returns 1 to go on, 0 (requests on their way).
+REFILL_START_LUA = """
+if (tonumber(redis.call('HGET', KEYS[1], 'spilling')) or 0) > 0 then return 0 end
+redis.call('HDEL', KEYS[1], 'spill_low')
+return 1
+"""
+
+# refill: put the next spilled requests of one host back in its queue, with
+# their original scores: those the worker read from the store (after
+# REFILL_START_LUA) that score below every request spilled since. While the
+# host is judged down (its record's ``down`` in the future, see
+# extensions.core.frontier.deadletters.HOST_DOWN_LUA) they are dead-lettered as
+# ``host_down``
+# instead, as the commit script does with its new requests: the store drains
+# into the DLQ rather than into fetches of a host that is down.
+# KEYS[1] ready ZSET, KEYS[2] refill SET, KEYS[3] poison LIST,
+# KEYS[4] dlq HASH, KEYS[5] dlq reasons HASH, KEYS[6] dlq unrecorded LIST,
+# KEYS[7] the host's record HASH, KEYS[8] the host's queue ZSET
+# ARGV[1] host, ARGV[2] 1 if the store holds more of the host than these,
+# ARGV[3] the refill threshold, then (score, member) pairs in score order.
+# Returns the number n of pairs moved out of the store (queued back or
+# dead-lettered): the first n (the worker deletes them from the store).
+REFILL_LUA = (
+    LUA_SCHEDULE_HOST
+    + LUA_DLQ
+    + """
+local ready, refill = KEYS[1], KEYS[2]
+pkey = KEYS[3]
+local host, hkey, q = ARGV[1], KEYS[7], KEYS[8]
+local now = now_ms()
+local low = tonumber(redis.call('HGET', hkey, 'spill_low'))
+local down = (tonumber(redis.call('HGET', hkey, 'down')) or 0) > now
+local n, queued = 0, 0
+for i = 4, #ARGV, 2 do
+  if low and tonumber(ARGV[i]) >= low then break end
+  if down then
+    local prio = 32768 - math.floor(tonumber(ARGV[i]) / 68719476736)
+    dlq_member(KEYS[4], KEYS[5], KEYS[6], hkey, host, prio, ARGV[i + 1],
+               'host_down', 'host down (HOST_DOWN_AFTER): spilled, not queued')
+  else
+    on_key('ZADD', q, 'NX', ARGV[i], ARGV[i + 1])
+    queued = queued + 1
+  end
+  n = n + 1
+end
+local more = ARGV[2] == '1' or n < (#ARGV - 3) / 2
+local left
+if not more and not low then
+  left = 0  -- the store held these only, and nothing was spilled since
+else
+  left = math.max((tonumber(redis.call('HGET', hkey, 'spilled')) or 0) - n, 0)
+  if more then left = math.max(left, 1) end
+end
+redis.call('HSET', hkey, 'spilled', left)
+if queued > 0 then schedule_host(ready, hkey, host, now) end
+if left == 0 or redis.call('ZCARD', q) >= tonumber(ARGV[3]) then
+  redis.call('SREM', refill, host)
+end
+return n
+"""
+)
+
+# spilled: the worker wrote refused requests to the spill store: they are no
+# longer on their way, and its write-ahead entry holding them goes.
+# KEYS[1] the worker's write-ahead HASH
+# ARGV[1] host record key prefix, ARGV[2] write-ahead entry id ('' for none),
+# then (host, count) pairs: any number of hosts, so their record keys are
+# built from ARGV[1] (per-host keys under the frontier's hash tag, the slot
+# of KEYS[1], as the frontier's scripts build theirs). Returns the number of
+# hosts.
+SPILLED_LUA = """
+for i = 3, #ARGV, 2 do
+  local hkey = ARGV[1] .. ARGV[i]
+  if redis.call('HINCRBY', hkey, 'spilling', -tonumber(ARGV[i + 1])) < 0 then
+    redis.call('HSET', hkey, 'spilling', 0)
+  end
+end
+if ARGV[2] ~= '' then redis.call('HDEL', KEYS[1], ARGV[2]) end
+return (#ARGV - 2) / 2
+"""
+
+
+class FrontierSpill:
+    """One worker's side of the spill: the cap it commits with, the memory
+    sample, writing refused requests and refilling hosts.
+
+    Store calls run in one thread of their own (a store's connection may be
+    bound to a thread; the reactor never waits on the store)."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        s = crawler.settings
+        self.host_max = s.getint("FRONTIER_HOST_QUEUE_MAX")
+        self.max_memory = s.getint("FRONTIER_MAX_MEMORY")
+        self.batch = s.getint("FRONTIER_SPILL_BATCH")
+        self.stats = crawler.stats
+        path = s.get("FRONTIER_SPILL_STORE") or ""
+        self.store: SpillStore | None = None
+        if path:
+            self.store = build_from_crawler(load_object(path), crawler)
+        elif self.max_memory or (s.getpriority("FRONTIER_HOST_QUEUE_MAX") or 0) > 0:
+            # Set above the "default" priority: a user asked for a cap.
+            logger.warning(
+                "FRONTIER_HOST_QUEUE_MAX/FRONTIER_MAX_MEMORY are set but "
+                "FRONTIER_SPILL_STORE is empty: nothing spills, queues grow in Redis"
+            )
+        self.over_memory = False
+        self.pending = False  # the refill SET had hosts at the last look
+        self._next_sample = 0.0
+        self._next_refill = 0.0
+        self._executor: ThreadPoolExecutor | None = None
+        # The frontier's partitions (one: extensions.core.frontier.frontier.Frontier)
+        # and
+        # the one that holds a host's keys.
+        self.parts: Sequence[Frontier] = ()
+        self.part_of: Callable[[str], Frontier] | None = None
+        self._locks: TokenLock | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.store is not None and bool(self.host_max or self.max_memory)
+
+    @property
+    def refill_below(self) -> int:
+        """The queue length under which a host with spilled requests is
+        refilled (0: no spill)."""
+        return self.batch if self.enabled else 0
+
+    def cap(self) -> int:
+        """The most requests a host may queue in Redis now (0: no cap)."""
+        if not self.enabled:
+            return 0
+        if self.over_memory:
+            return min(self.host_max, self.batch) if self.host_max else self.batch
+        return self.host_max
+
+    def open(
+        self,
+        parts: Sequence[Frontier],
+        part_of: Callable[[str], Frontier] | None = None,
+    ) -> None:
+        """Spill for the frontier ``parts`` (one per partition; all on one
+        client); ``part_of(host)`` names the one that holds a host (default:
+        the only one)."""
+        self.parts = list(parts)
+        only = self.parts[0]
+        self.part_of = part_of or (lambda _host: only)
+        self._locks = TokenLock(only.client)
+        if self.store is not None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="spill")
+
+    async def close(self) -> None:
+        if self._executor is not None:
+            if self.store is not None:
+                await self._call(self.store.close)
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    async def _call(self, func: Callable[..., T], *args: Any) -> T:
+        assert self._executor is not None
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, func, *args)
+
+    async def write(self, refused: Sequence[Spilled], entry: str, worker: str) -> None:
+        """Write refused requests to the store, then confirm them (the
+        write-ahead entry ``entry`` of ``worker`` holding them goes)."""
+        assert self.store is not None and self.part_of is not None
+        by_host: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
+        for r in refused:
+            by_host[r.host].append((r.score, r.member))
+        for host, entries in by_host.items():
+            await self._call(self.store.spill_append, host, entries)
+        # Each partition confirms its hosts and drops its write-ahead entry.
+        by_part: dict[int, tuple[Frontier, list[Any]]] = {}
+        for host, entries in by_host.items():
+            part = self.part_of(host)
+            by_part.setdefault(id(part), (part, []))[1].extend([host, len(entries)])
+        for part, pairs in by_part.values():
+            k = part.keys
+            await script(part.client, SPILLED_LUA)(
+                keys=[k.wal(worker)], args=[k.host_prefix, entry, *pairs]
+            )
+        self.stats.inc_value("frontier/spilled", len(refused))
+
+    async def step(self) -> None:
+        """Sample Redis memory (every :data:`MEMORY_SAMPLE_S`) and refill
+        the hosts waiting for it (every :data:`REFILL_POLL_S`)."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if self.max_memory and now >= self._next_sample:
+            self._next_sample = now + MEMORY_SAMPLE_S
+            await self.sample()
+        if now >= self._next_refill:
+            self._next_refill = now + REFILL_POLL_S
+            await self.refill()
+
+    async def count(self) -> int:
+        """Requests waiting in the spill store (0: no store)."""
+        if self.store is None or self._executor is None:
+            return 0
+        return await self._call(self.store.spill_count)
+
+    async def clear(self) -> None:
+        """Empty the spill store (the crawl's keys were flushed)."""
+        if self.store is not None:
+            n = await self._call(self.store.spill_clear)
+            logger.info("Deleted %s spilled requests from the spill store", n)
+
+    def next_step(self) -> float:
+        """When (monotonic) :meth:`step` has work: the next refill while
+        hosts wait for one, the next memory sample; never when off."""
+        if not self.enabled:
+            return math.inf
+        due = self._next_refill if self.pending else math.inf
+        if self.max_memory:
+            due = min(due, self._next_sample)
+        return due
+
+    async def sample(self) -> None:
+        """Judge Redis over ``FRONTIER_MAX_MEMORY``: on a Redis Cluster, the
+        fullest master (each master holds some partitions' queues, and a
+        plain ``INFO`` asks only the client's default node)."""
+        infos = await info_per_master(self.parts[0].client, "memory")
+        used = max(int(info["used_memory"]) for info in infos)
+        over = used > self.max_memory
+        if over != self.over_memory:
+            logger.info(
+                "Redis used_memory %s B is %s FRONTIER_MAX_MEMORY (%s B): "
+                "hosts queue at most %s requests in Redis",
+                used,
+                "over" if over else "back under",
+                self.max_memory,
+                self.batch if over else (self.host_max or "any number of"),
+            )
+        self.over_memory = over
+
+    async def refill(self) -> int:
+        """Refill up to :data:`REFILL_HOSTS` hosts of the refill SET, each
+        under its lock; returns the requests queued back."""
+        assert self._locks is not None
+        pending = False
+        moved = 0
+        for part in self.parts:
+            hosts = cast(
+                "list[bytes]",
+                await part.client.srandmember(part.keys.refill, REFILL_HOSTS) or [],
+            )
+            pending = pending or bool(hosts)
+            for raw in hosts:
+                host = raw.decode()
+                token = new_token()
+                lock = part.keys.spill_lock(host)
+                if not await self._locks.acquire(lock, token, REFILL_LOCK_MS):
+                    continue
+                try:
+                    moved += max(0, await self._refill_host(part, host))
+                finally:
+                    await self._locks.release(lock, token)
+        self.pending = pending
+        if moved:
+            self.stats.inc_value("frontier/refilled", moved)
+        return moved
+
+    async def _refill_host(self, part: Frontier, host: str) -> int:
+        assert self.store is not None
+        k, client = part.keys, part.client
+        if not await script(client, REFILL_START_LUA)(keys=[k.host(host)], args=[]):
+            return 0  # some are on their way to the store: next round
+        entries = await self._call(self.store.spill_take, host, self.batch + 1)
+        more = len(entries) > self.batch
+        entries = entries[: self.batch]
+        args: list[Any] = [host, int(more), self.batch]
+        for score, member in entries:
+            args += [score, member]
+        n = int(
+            await script(client, REFILL_LUA)(
+                keys=[
+                    k.ready,
+                    k.refill,
+                    k.poison,
+                    k.dlq,
+                    k.dlq_reasons,
+                    k.dlq_unrecorded,
+                    k.host(host),
+                    k.queue(host),
+                ],
+                args=args,
+            )
+        )
+        if n > 0:
+            await self._call(self.store.spill_delete, host, [s for s, _ in entries[:n]])
+        return n

@@ -1,0 +1,2 @@
+"""webcrawl's Scrapy extensions: fleet statistics, Prometheus metrics and
+continuous crawling."""
