@@ -123,9 +123,25 @@ lock (``POLITENESS_KEY``) can be widened to the registered domain or the IP.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS as CLUSTER_SLOTS
 from redis.crc import key_slot
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+# The prefix of a crawl whose spider is not known (a component used outside
+# a crawl, an operator command given no spider name).
+DEFAULT_CRAWL = "web"
+
+
+def crawl_prefix(crawler: Crawler) -> str:
+    """The prefix of every key of the crawler's crawl: its spider's name (the
+    convention ``<spider>:start_urls`` comes from), :data:`DEFAULT_CRAWL`
+    before a spider is known."""
+    spider = crawler.spider
+    return spider.name if spider is not None else DEFAULT_CRAWL
 
 
 @lru_cache(maxsize=4096)

@@ -123,9 +123,9 @@ class StoragePipeline:
     async def open_spider(self) -> None:
         if self.neardup:
             from extensions.connection import async_client
+            from extensions.keys import crawl_prefix
 
-            spider = self.crawler.spider
-            prefix = spider.name if spider is not None else "web"
+            prefix = crawl_prefix(self.crawler)
             self.dedup = DuplicateIndex(
                 async_client(self.crawler),
                 prefix,

@@ -18,6 +18,7 @@ from scrapy.statscollectors import MemoryStatsCollector
 
 from extensions import keys
 from extensions.core.bloom import (
+    ENSURE_META,
     MAX_SHARD_BITS,
     AsyncBloomFilter,
     BloomConfig,
@@ -357,6 +358,31 @@ def test_asyncio_client(redis_url: str) -> None:
     assert sum(first) <= 1
     assert all(again)
     assert counted == 100 - sum(first)
+
+
+def test_asyncio_client_reloads_its_scripts_after_a_flush(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The scripts go through the one registry: a server that lost them
+    (restarted, or a promoted replica) answers NOSCRIPT once, and the script
+    runs again alone, loaded."""
+    sha = hashlib.sha1(ENSURE_META.encode()).hexdigest()
+
+    async def scenario() -> int:
+        client = aredis.Redis.from_url(redis_url)
+        try:
+            await AsyncBloomFilter(client, "f", SMALL).open()
+            redis_client.script_flush()
+            assert redis_client.script_exists(sha) == [False]
+            grown = AsyncBloomFilter(client, "g", SMALL)
+            await grown.open()  # ensure_meta: NOSCRIPT, then loaded and run
+            return len(grown.layers)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(scenario()) == 1
+    assert redis_client.script_exists(sha) == [True]
+    assert redis_client.hget(keys.bloom_meta("g"), "layers") == b"1"
 
 
 # --- memory: starts small, grows with the crawl ---------------------------------

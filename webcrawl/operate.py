@@ -41,6 +41,7 @@ from extensions.core.frontier.frontier import PartitionedFrontier, recorded_part
 from extensions.core.seeds import URL_LENGTH_LIMIT, InvalidSeed, parse_seed
 from extensions.extensions.fleetstats import fleet_view
 from extensions.keys import (
+    DEFAULT_CRAWL,
     FrontierKeys,
     bloom_meta,
     crawl_patterns,
@@ -61,8 +62,6 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings, Settings
 
 _T = TypeVar("_T")
-
-DEFAULT_CRAWL = "web"  # the key prefix of a crawl: its spider's name
 
 
 class OperatorCommand(ScrapyCommand):

@@ -30,13 +30,18 @@ import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 from redis.asyncio.cluster import RedisCluster
-from redis.commands.core import AsyncScript
+from redis.commands.core import AsyncScript, Script
 from redis.exceptions import NoScriptError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    import redis
     import redis.asyncio as aredis
+
+    # One call of a pipeline: a registered script with its keys and args, or
+    # a plain command (its name and arguments).
+    Call = tuple[Script | AsyncScript, Sequence[Any], Sequence[Any]] | tuple[Any, ...]
 
 # The Redis server clock in epoch ms. ``replicate_commands`` lets a script
 # write after reading the non-deterministic ``TIME`` on Redis < 5 (a no-op
@@ -49,9 +54,9 @@ local function now_ms()
 end
 """
 
-_REGISTERED: weakref.WeakKeyDictionary[aredis.Redis, dict[str, AsyncScript]] = (
-    weakref.WeakKeyDictionary()
-)
+_REGISTERED: weakref.WeakKeyDictionary[
+    aredis.Redis | redis.Redis, dict[str, AsyncScript | Script]
+] = weakref.WeakKeyDictionary()
 
 
 class _ClusterScript(AsyncScript):
@@ -99,7 +104,17 @@ def script(client: aredis.Redis, source: str) -> AsyncScript:
             if isinstance(client, RedisCluster)
             else client.register_script(source)
         )
-    return found
+    return cast("AsyncScript", found)
+
+
+def sync_script(client: redis.Redis, source: str) -> Script:
+    """:func:`script` for a synchronous client (operator commands,
+    benchmarks): the same registry."""
+    registered = _REGISTERED.setdefault(client, {})
+    found = registered.get(source)
+    if found is None:
+        found = registered[source] = client.register_script(source)
+    return cast("Script", found)
 
 
 async def server_now_ms(client: aredis.Redis, near: str | None = None) -> int:
@@ -115,28 +130,57 @@ async def server_now_ms(client: aredis.Redis, near: str | None = None) -> int:
     return int(sec) * 1000 + int(usec) // 1000
 
 
-async def run_pipelined(
-    client: aredis.Redis,
-    calls: Sequence[tuple[AsyncScript, Sequence[Any], Sequence[Any]]],
-) -> list[Any]:
-    """Run each (script, keys, args) in one pipelined round trip (one per
-    master on a cluster); the results in order.
+def queue_calls(pipe: Any, calls: Sequence[Call]) -> None:
+    """Add ``calls`` to a pipeline: a script as a raw ``EVALSHA`` (routed by
+    its first key on a cluster), a command as it is.
 
-    The calls go as raw ``EVALSHA`` (routed by the first key on a cluster):
-    a script object passed to a pipeline makes redis-py send ``SCRIPT
+    A script object passed to a pipeline makes redis-py send ``SCRIPT
     EXISTS`` first (one more round trip), and its cluster pipeline refuses
-    it. A call answered ``NOSCRIPT`` (a restarted server, a promoted
-    replica) did not run, and runs again alone through the script object,
-    which loads it; the other calls ran once: nothing runs twice.
+    it; see :func:`rerun_noscript` for a server that does not know it.
     """
-    async with client.pipeline(transaction=False) as pipe:
-        for run, keys, args in calls:
+    for call in calls:
+        if isinstance(call[0], Script | AsyncScript):
+            run, keys, args = call
             pipe.execute_command("EVALSHA", run.sha, len(keys), *keys, *args)
-        results = list(await pipe.execute(raise_on_error=False))
+        else:
+            pipe.execute_command(*call)
+
+
+def noscript_calls(calls: Sequence[Call], results: list[Any]) -> list[int]:
+    """The calls answered ``NOSCRIPT`` (a restarted server, a promoted
+    replica): they did not run, and run again alone through their script
+    object, which loads them; the other calls ran once, nothing twice.
+    Any other error is raised."""
+    again = []
     for i, result in enumerate(results):
-        if isinstance(result, NoScriptError):
-            run, keys, args = calls[i]
-            results[i] = await run(keys=keys, args=args)
+        if isinstance(result, NoScriptError) and isinstance(
+            calls[i][0], Script | AsyncScript
+        ):
+            again.append(i)
         elif isinstance(result, Exception):
             raise result
+    return again
+
+
+async def run_pipelined(client: aredis.Redis, calls: Sequence[Call]) -> list[Any]:
+    """Run ``calls`` (scripts with their keys and args, or commands) in one
+    pipelined round trip (one per master on a cluster); the results in
+    order (:func:`queue_calls`, :func:`noscript_calls`)."""
+    async with client.pipeline(transaction=False) as pipe:
+        queue_calls(pipe, calls)
+        results = list(await pipe.execute(raise_on_error=False))
+    for i in noscript_calls(calls, results):
+        run, keys, args = calls[i]
+        results[i] = await run(keys=keys, args=args)
+    return results
+
+
+def run_pipelined_sync(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
+    """:func:`run_pipelined` on a synchronous client."""
+    with client.pipeline(transaction=False) as pipe:
+        queue_calls(pipe, calls)
+        results = list(pipe.execute(raise_on_error=False))
+    for i in noscript_calls(calls, results):
+        run, keys, args = calls[i]
+        results[i] = run(keys=keys, args=args)
     return results

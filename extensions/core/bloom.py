@@ -53,7 +53,6 @@ each ``yield`` of the core is one pipeline, one round trip.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 from collections.abc import Generator, Sequence
@@ -61,10 +60,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import mmh3
-from redis.exceptions import NoScriptError
 from scrapy.exceptions import NotConfigured
 
 from extensions import keys
+from extensions.connection.scripts import (
+    run_pipelined,
+    run_pipelined_sync,
+    script,
+    sync_script,
+)
 from extensions.settings import defaults
 
 if TYPE_CHECKING:
@@ -72,6 +76,8 @@ if TYPE_CHECKING:
     import redis.asyncio as aredis
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
+
+    from extensions.connection.scripts import Call
 
 logger = logging.getLogger(__name__)
 
@@ -700,10 +706,6 @@ class BloomCore:
 
 # --- Drivers --------------------------------------------------------------------
 
-_SHAS = {
-    name: hashlib.sha1(text.encode()).hexdigest() for name, text in SCRIPTS.items()
-}
-
 
 class _Driver:
     def __init__(
@@ -720,22 +722,15 @@ class _Driver:
     def layers(self) -> list[Layer]:
         return self.core.layers
 
-    def _pipeline(self, cmds: list[Command]) -> Any:
-        # Scripts run by EVALSHA; on NOSCRIPT (a restarted server) the driver
-        # loads them and sends the pipeline again: the script steps are
-        # idempotent and alone in their pipelines.
-        pipe = self.client.pipeline(transaction=False)
-        for cmd in cmds:
-            name = cmd[0]
-            if name.startswith("SCRIPT:"):
-                script_keys, argv = cmd[1], cmd[2]
-                sha = _SHAS[name[7:]]
-                pipe.execute_command(
-                    "EVALSHA", sha, len(script_keys), *script_keys, *argv
-                )
-            else:
-                pipe.execute_command(*cmd)
-        return pipe
+    def _calls(self, cmds: list[Command], register: Any) -> list[Call]:
+        """The core's commands as pipeline calls, its scripts registered on
+        this driver's client (``"SCRIPT:<name>"``, keys, args)."""
+        return [
+            (register(self.client, SCRIPTS[cmd[0][7:]]), cmd[1], cmd[2])
+            if cmd[0].startswith("SCRIPT:")
+            else cmd
+            for cmd in cmds
+        ]
 
 
 class BloomFilter(_Driver):
@@ -750,12 +745,9 @@ class BloomFilter(_Driver):
     def _execute(self, cmds: list[Command]) -> list[Any]:
         if not cmds:
             return []
-        try:
-            return self._pipeline(cmds).execute()
-        except NoScriptError:
-            for text in SCRIPTS.values():
-                self.client.script_load(text)
-            return self._pipeline(cmds).execute()
+        # A script answered NOSCRIPT (a restarted server) runs again alone:
+        # the script steps are idempotent.
+        return run_pipelined_sync(self.client, self._calls(cmds, sync_script))
 
     def _run(self, step: Step[_R]) -> _R:
         try:
@@ -792,12 +784,7 @@ class AsyncBloomFilter(_Driver):
     async def _execute(self, cmds: list[Command]) -> list[Any]:
         if not cmds:
             return []
-        try:
-            return await self._pipeline(cmds).execute()
-        except NoScriptError:
-            for text in SCRIPTS.values():
-                await self.client.script_load(text)
-            return await self._pipeline(cmds).execute()
+        return await run_pipelined(self.client, self._calls(cmds, script))
 
     async def _run(self, step: Step[_R]) -> _R:
         try:

@@ -48,7 +48,9 @@ from scrapy.exceptions import (
 
 from extensions import meta
 from extensions.connection import async_client, retry_redis
+from extensions.core.frontier.deadletters import DeadLetters
 from extensions.core.frontier.hostrecord import HostRecords
+from extensions.keys import crawl_prefix
 from extensions.settings import config, defaults
 from extensions.utils.failures import (
     CONNECTION_FAILURES,
@@ -63,7 +65,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Request, Response
 
-    from extensions.core.frontier.deadletters import DeadLetters
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +120,9 @@ class BackoffMiddleware:
     @property
     def records(self) -> HostRecords:
         if self._records is None:
-            spider = self.crawler.spider
-            prefix = spider.name if spider is not None else "web"
             self._records = HostRecords(
                 async_client(self.crawler),
-                prefix,
+                crawl_prefix(self.crawler),
                 self.crawler.settings.getint("FRONTIER_PARTITIONS"),
             )
         return self._records
@@ -131,15 +130,10 @@ class BackoffMiddleware:
     @property
     def dead_letters(self) -> DeadLetters:
         if self._dead_letters is None:
-            # Imported here: extensions.core.frontier.deadletters imports the failure
-            # policy, which
-            # imports this module.
-            from extensions.core.frontier.deadletters import DeadLetters
-
-            spider = self.crawler.spider
-            prefix = spider.name if spider is not None else "web"
             self._dead_letters = DeadLetters(
-                self.records.client, prefix, self.records.partitions
+                self.records.client,
+                crawl_prefix(self.crawler),
+                self.records.partitions,
             )
         return self._dead_letters
 

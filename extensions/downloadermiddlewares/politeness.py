@@ -240,10 +240,11 @@ class PolitenessMiddleware:
     @property
     def lock(self) -> HostLock:
         if self._lock is None:
-            spider = self.crawler.spider
-            prefix = spider.name if spider is not None else "web"
             self._lock = HostLock(
-                async_client(self.crawler), prefix, self.quiet_ms, self.partitions
+                async_client(self.crawler),
+                keys.crawl_prefix(self.crawler),
+                self.quiet_ms,
+                self.partitions,
             )
         return self._lock
 

@@ -242,8 +242,7 @@ class SharedRobotsTxtMiddleware:
 
     @property
     def prefix(self) -> str:
-        spider = self.crawler.spider
-        return spider.name if spider is not None else "web"
+        return keys.crawl_prefix(self.crawler)
 
     @property
     def client(self) -> aredis.Redis:

@@ -208,8 +208,7 @@ class TrapFilter:
 
     @property
     def prefix(self) -> str:
-        spider = self.crawler.spider
-        return spider.name if spider is not None else "web"
+        return keys.crawl_prefix(self.crawler)
 
     def _count(self, reason: str) -> None:
         stats = self.crawler.stats
