@@ -273,10 +273,6 @@ class BloomDupeFilter(BaseDupeFilter):
                 self.crawler.stats.set_value(key, value)
         return dict(self._snapshot)
 
-    def stats_snapshot(self) -> dict[str, Any]:
-        """The stats of the last :meth:`refresh_stats` (no I/O)."""
-        return dict(self._snapshot)
-
     async def _refresh_periodically(self) -> None:
         while True:
             await asyncio.sleep(self.stats_interval)

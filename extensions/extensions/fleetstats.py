@@ -83,16 +83,6 @@ DLQ_PREFIX = (
     "dlq/"  # dead letters written, by reason (extensions.core.frontier.deadletters)
 )
 
-# Fields of a worker record that are not counters.
-INFO_FIELDS = (
-    "beat",
-    "machine",
-    "pid",
-    "pages_per_s",
-    "metrics_port",
-    "waiting_for_seeds",
-)
-
 # fold: add counter deltas to the fleet, the worker and the minute bucket, and
 # beat the worker record.
 # KEYS[1] fleet totals HASH, KEYS[2] the worker's HASH, KEYS[3] the bucket

@@ -1084,14 +1084,6 @@ class PartitionedFrontier:
             any(b.paused for b in self._last),
         )
 
-    def work_arrived(self, hosts: Iterable[str]) -> None:
-        """Stop skipping the partitions of ``hosts``: this worker just queued
-        work there."""
-        for host in hosts:
-            p = self.partition_of(host)
-            self._skip_until[p] = 0.0
-            self._due_at[p] = 0.0
-
     async def release(self, lease_ids: Sequence[str]) -> int:
         groups = self._by_partition(lease_ids)
         res = await asyncio.gather(
