@@ -172,10 +172,13 @@ return {fails, now + cool}
 
 # KEYS[1] the host record. No ARGV.
 # Closes the breaker after a response: clears ``fails``, ``breaker``,
-# ``failing_since`` and a ``down`` verdict (the host answers again).
-# Returns the number of openings it had (0: it was closed).
+# ``failing_since`` and a ``down`` verdict (the host answers again), with
+# the park the verdict set (``park`` = ``down``: a later park, a Retry-After
+# say, is kept). Returns the number of openings it had (0: it was closed).
 SUCCESS_SCRIPT = """
-local opened = tonumber(redis.call('HGET', KEYS[1], 'breaker') or '0') or 0
+local r = redis.call('HMGET', KEYS[1], 'breaker', 'down', 'park')
+local opened = tonumber(r[1] or '0') or 0
+if r[2] and r[2] == r[3] then redis.call('HDEL', KEYS[1], 'park') end
 redis.call('HDEL', KEYS[1], 'fails', 'breaker', 'failing_since', 'down',
            'down_reason')
 return opened
