@@ -54,8 +54,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import mmh3
 
-from extensions.connection.scripts import script, server_now_ms
+from extensions.connection.scripts import run_pipelined, script, server_now_ms
 from extensions.core.frontier.lua import (
+    BEAT_LUA,
     LUA_DLQ,
     LUA_SCHEDULE_HOST,
     POISON_ENTRY_KEEP,
@@ -646,8 +647,9 @@ class Frontier:
         """Record this worker's heartbeat (Redis clock) in the registry. A
         worker beats before it writes ahead, or its batches would never be
         recovered."""
-        now = await server_now_ms(self.client, self.keys.workers)
-        await self.client.zadd(self.keys.workers, {self.worker.id: now})
+        await script(self.client, BEAT_LUA)(
+            keys=[self.keys.workers], args=[self.worker.id]
+        )
 
     async def retire(self) -> None:
         """Leave the registry: a clean stop, with nothing written ahead left."""
@@ -1102,11 +1104,13 @@ class PartitionedFrontier:
         """:meth:`Frontier.beat` into every partition's registry, one call."""
         if len(self.parts) == 1:
             return await self.parts[0].beat()
-        now = await server_now_ms(self.client)
-        async with self.client.pipeline(transaction=False) as pipe:
-            for f in self.parts:
-                pipe.zadd(f.keys.workers, {self.worker.id: now})
-            await pipe.execute()
+        # Each partition's registry stamped by its own master's clock (the
+        # clock its recovery compares with), one round trip per master.
+        beat = script(self.client, BEAT_LUA)
+        await run_pipelined(
+            self.client,
+            [(beat, [f.keys.workers], [self.worker.id]) for f in self.parts],
+        )
         return None
 
     async def retire(self) -> None:

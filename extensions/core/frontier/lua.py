@@ -271,3 +271,17 @@ local function dlq_member(dlq, reasons, unrecorded, rkey, host, prio, member,
 end
 """
 )
+
+
+# beat: record a worker's heartbeat in a partition's registry, stamped with
+# the clock of the master that holds the registry (the clock recovery reads
+# it with: on a cluster each master has its own).
+# KEYS[1] workers ZSET. ARGV[1] worker id. Returns the stamp (epoch ms).
+BEAT_LUA = (
+    LUA_NOW_MS
+    + """
+local now = now_ms()
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+return now
+"""
+)
