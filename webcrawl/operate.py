@@ -35,6 +35,7 @@ from extensions.connection import (
     resolve_redis_url,
 )
 from extensions.connection.embedded import embedded_unless_configured
+from extensions.core import seeds
 from extensions.core.bloom import AsyncBloomFilter, BloomConfig
 from extensions.core.frontier.deadletters import DeadLetters
 from extensions.core.frontier.frontier import PartitionedFrontier, recorded_partitions
@@ -353,9 +354,7 @@ async def push_seeds(
     """Push seed entries, first line first out (the list is taken from its tail)."""
     client = client_for(settings)
     try:
-        for i in range(0, len(entries), 1000):
-            await client.lpush(start_urls(crawl), *entries[i : i + 1000])
-        return len(entries)
+        return await seeds.push_seeds(client, crawl, entries)
     finally:
         await client.aclose()
 

@@ -69,7 +69,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from extensions.connection import info_per_master
 from extensions.connection.locks import TokenLock, new_token
 from extensions.connection.scripts import script
-from extensions.core.frontier.lua import LUA_DLQ, LUA_SCHEDULE_HOST
+from extensions.core.frontier.lua import REFILL_LUA, REFILL_START_LUA, SPILLED_LUA
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -120,91 +120,6 @@ class SpillStore(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-# refill start: a refill of one host may read the store only when every
-# request spilled so far is written there; it clears `spill_low`, so the
-# commit script records the lowest score spilled from now on.
-# KEYS[1] the host record. Returns 1 to go on, 0 (requests on their way).
-REFILL_START_LUA = """
-if (tonumber(redis.call('HGET', KEYS[1], 'spilling')) or 0) > 0 then return 0 end
-redis.call('HDEL', KEYS[1], 'spill_low')
-return 1
-"""
-
-# refill: put the next spilled requests of one host back in its queue, with
-# their original scores: those the worker read from the store (after
-# REFILL_START_LUA) that score below every request spilled since. While the
-# host is judged down (its record's ``down`` in the future, see
-# extensions.core.frontier.deadletters.HOST_DOWN_LUA) they are dead-lettered as
-# ``host_down``
-# instead, as the commit script does with its new requests: the store drains
-# into the DLQ rather than into fetches of a host that is down.
-# KEYS[1] ready ZSET, KEYS[2] refill SET, KEYS[3] poison LIST,
-# KEYS[4] dlq HASH, KEYS[5] dlq reasons HASH, KEYS[6] dlq unrecorded LIST,
-# KEYS[7] the host's record HASH, KEYS[8] the host's queue ZSET
-# ARGV[1] host, ARGV[2] 1 if the store holds more of the host than these,
-# ARGV[3] the refill threshold, then (score, member) pairs in score order.
-# Returns the number n of pairs moved out of the store (queued back or
-# dead-lettered): the first n (the worker deletes them from the store).
-REFILL_LUA = (
-    LUA_SCHEDULE_HOST
-    + LUA_DLQ
-    + """
-local ready, refill = KEYS[1], KEYS[2]
-pkey = KEYS[3]
-local host, hkey, q = ARGV[1], KEYS[7], KEYS[8]
-local now = now_ms()
-local low = tonumber(redis.call('HGET', hkey, 'spill_low'))
-local down = (tonumber(redis.call('HGET', hkey, 'down')) or 0) > now
-local n, queued = 0, 0
-for i = 4, #ARGV, 2 do
-  if low and tonumber(ARGV[i]) >= low then break end
-  if down then
-    local prio = 32768 - math.floor(tonumber(ARGV[i]) / 68719476736)
-    dlq_member(KEYS[4], KEYS[5], KEYS[6], hkey, host, prio, ARGV[i + 1],
-               'host_down', 'host down (HOST_DOWN_AFTER): spilled, not queued')
-  else
-    on_key('ZADD', q, 'NX', ARGV[i], ARGV[i + 1])
-    queued = queued + 1
-  end
-  n = n + 1
-end
-local more = ARGV[2] == '1' or n < (#ARGV - 3) / 2
-local left
-if not more and not low then
-  left = 0  -- the store held these only, and nothing was spilled since
-else
-  left = math.max((tonumber(redis.call('HGET', hkey, 'spilled')) or 0) - n, 0)
-  if more then left = math.max(left, 1) end
-end
-redis.call('HSET', hkey, 'spilled', left)
-if queued > 0 then schedule_host(ready, hkey, host, now) end
-if left == 0 or redis.call('ZCARD', q) >= tonumber(ARGV[3]) then
-  redis.call('SREM', refill, host)
-end
-return n
-"""
-)
-
-# spilled: the worker wrote refused requests to the spill store: they are no
-# longer on their way, and its write-ahead entry holding them goes.
-# KEYS[1] the worker's write-ahead HASH
-# ARGV[1] host record key prefix, ARGV[2] write-ahead entry id ('' for none),
-# then (host, count) pairs: any number of hosts, so their record keys are
-# built from ARGV[1] (per-host keys under the frontier's hash tag, the slot
-# of KEYS[1], as the frontier's scripts build theirs). Returns the number of
-# hosts.
-SPILLED_LUA = """
-for i = 3, #ARGV, 2 do
-  local hkey = ARGV[1] .. ARGV[i]
-  if redis.call('HINCRBY', hkey, 'spilling', -tonumber(ARGV[i + 1])) < 0 then
-    redis.call('HSET', hkey, 'spilling', 0)
-  end
-end
-if ARGV[2] ~= '' then redis.call('HDEL', KEYS[1], ARGV[2]) end
-return (#ARGV - 2) / 2
-"""
 
 
 class FrontierSpill:
