@@ -1,27 +1,12 @@
 """The dead-letter queue: every URL whose story ended in a terminal failure.
 
-Keys (see :mod:`extensions.keys`; one pair per frontier partition, a letter
-in its host's): ``web:{web}:dlq``, a HASH of URL -> JSON
-entry, and ``web:{web}:dlq:reasons``, a HASH of reason class -> count kept
-in step by the scripts below (the status command reads sizes by reason
-without a scan). An entry holds::
+One HASH of URL -> JSON entry per frontier partition (a letter in its
+host's), with per-reason counts kept in step by its scripts (in
+:mod:`extensions.core.frontier.lua`); a letter with no page record yet is
+listed until the scheduler hands it to the page store. The entry format,
+the reasons, unrecorded letters and re-queueing: ``docs/dead-letters.md``.
 
-    {"url": ..., "host": "http://a.test:80", "reason": "dns",
-     "status": 503 or null, "error": "DNSLookupError: ..." or null,
-     "attempts": 2, "first_failure": 1763860000.1, "last_failure": ...,
-     "priority": 0, "request": "<the request as the frontier queues it>"}
-
-``request`` is the frontier's own serialization of the request
-(:func:`extensions.core.frontier.serialization.request_to_bytes`) without its failure
-history, so :meth:`DeadLetters.requeue` puts it back exactly as it was first
-queued, past the dupefilter, with a fresh failure budget. The page stays on
-record in the page store as well: the spider stores every final failure it
-sees; a dead letter written elsewhere (by the scheduler, or by a frontier
-script: the host-down sweep, the commit's diversion of a down host's URLs)
-is listed in ``web:{web}:dlq:unrecorded`` until the scheduler hands it, a
-page at a time (:meth:`DeadLetters.unrecorded`), to whoever records failed
-pages (signal :data:`extensions.signals.dead_letters_unrecorded`).
-One entry per URL: a URL that fails again replaces its entry.
+Settings read: none.
 """
 
 from __future__ import annotations

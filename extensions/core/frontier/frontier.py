@@ -1,42 +1,17 @@
 """The Redis frontier: per-host priority queues, a host schedule and leases.
 
-This is the Mercator back-queue model on Redis. Each host has its own queue, a
-ZSET of serialized requests; a second ZSET, ``ready``, holds every host that
-has queued requests, scored by the time (ms) it may next be fetched from.
-Picking the next request is therefore "the host with the lowest score, if that
-score is in the past", O(log hosts), never a scan over hosts. A host's next
-time is ``now + max(delay, backoff)`` from its politeness record, so a large
-host that must wait never blocks the others (no head-of-line blocking), and no
-worker is ever handed a request it would have to hold back.
+The Mercator back-queue model on Redis: a ZSET of requests per host, and a
+``ready`` ZSET of hosts scored by when each may next be fetched, so the next
+request is "the host with the lowest score, if due" (O(log hosts)) and a host
+that must wait never blocks the others. Popped requests are leased, not
+deleted, until their outcome is durable; retries wait in the ``delayed``
+ZSET; malformed entries go to the poison list. :class:`Frontier` is one
+partition (its scripts are in :mod:`extensions.core.frontier.lua`);
+:class:`PartitionedFrontier` routes a crawl's ``FRONTIER_PARTITIONS`` of
+them by host and by lease. The protocol (leases, heartbeats, recovery,
+write-ahead batches, poison, partitions): ``docs/frontier.md``.
 
-Popped requests are leased, not deleted: the lease (deadline, worker) lives in
-Redis until its outcome is durable (:meth:`Frontier.commit` acknowledges it).
-Expired leases -- a worker that died -- go back to their host's queue; every
-pop reclaims a few, so any live worker cleans up after a dead one.
-
-Scores (:data:`extensions.core.frontier.lua.LUA_SCORE`): lower pops first, so
-a higher ``request.priority`` comes first, FIFO within a priority.
-
-Poison: whoever can write to the shared Redis can leave an entry no script
-or worker can use (a write-ahead batch that is not JSON, a lease record
-without its fields, a queue key of the wrong type, a request naming a class
-to import). Such an entry is moved aside to ``web:{web}:poison`` (a LIST of
-JSON records ``{"key", "field", "entry", "reason", "length"}``, the newest
-:data:`POISON_KEEP` kept) and counted, never retried forever: one bad entry
-must not stop the fleet. Scripts decode with ``pcall`` for that reason.
-
-Retries wait in Redis, not in a worker: a request queued with a delay goes to
-the ``delayed`` ZSET (scored by its due time, ms) in the same script that ends
-its parent's lease, and the lease script moves due entries into their hosts'
-queues. A worker that dies after scheduling a retry loses nothing.
-
-Every multi-key step is one Lua script; times come from Redis ``TIME``, never
-from worker clocks. The scripts build per-host key names from the hash-tagged
-prefix, so on a Redis Cluster they stay in the ``{prefix}`` slot.
-
-A :class:`Frontier` is one partition; :class:`PartitionedFrontier` splits a
-crawl into ``FRONTIER_PARTITIONS`` of them, each under its own hash tag
-(:func:`extensions.keys.partition_tag`), and routes by host and by lease.
+Settings read: none (the scheduler passes its settings in, :class:`Worker`).
 """
 
 from __future__ import annotations

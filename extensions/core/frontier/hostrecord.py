@@ -1,62 +1,11 @@
-"""The per-host record: its fields, the scripts that write them, the host keys.
+"""The per-host record's Python side: :class:`HostRecords` runs the scripts
+that write it.
 
-This module owns the host record: it names its fields, holds the Lua helpers
-every script includes to read them (:data:`LUA_RECORD`: the Redis clock, the
-record, the spacing rule, the park rule) and the scripts that write them
-(:class:`HostRecords`). The frontier (:mod:`extensions.core.frontier.frontier`) queues
-requests by :func:`host_key` and keeps one record per host in Redis,
-``FrontierKeys(prefix, partition, partitions).host(hostkey)`` in its partition
-(:func:`host_partition`), a HASH of integers (times are epoch
-ms of the Redis clock, durations ms):
-
-``next``
-    The frontier's next allowed fetch: written by its lease script only.
-``delay``
-    The host's minimum delay: max(``DOWNLOAD_DELAY``, the capped robots.txt
-    ``Crawl-delay``/``Request-rate``), written by the robots middleware
-    (absent: ``DOWNLOAD_DELAY``).
-``backoff``, ``backoff_at``
-    The current back-off delay and when it was last raised; a back-off older
-    than ``BACKOFF_QUIET_PERIOD`` is forgiven by every reader.
-``park``
-    Until when the host must not be fetched (an open circuit breaker, a
-    ``Retry-After`` deadline, an unreachable robots.txt); only ever moved
-    later.
-``fails``
-    Consecutive connection failures (the circuit breaker's count).
-``breaker``
-    How often the circuit breaker opened in a row (its cool-down doubles
-    each time); cleared with ``fails`` by a response.
-``failing_since``
-    When the current run of connection failures began (its first failure);
-    cleared with ``fails`` by a response.
-``down``
-    Until when the host is judged down (``HOST_DOWN_AFTER``, see
-    :data:`extensions.core.frontier.deadletters.HOST_DOWN_LUA`): its requests go to the
-    dead-letter queue as ``host_down`` instead of its queue (the frontier's
-    commit); cleared by a response.
-``down_reason``
-    Why ``down`` was set, the one field that is not a number: ``host_down``,
-    or ``dns`` when the host's name has not resolved for ``DNS_DOWN_AFTER``
-    (its requests are then dead-lettered as ``dns``); cleared with ``down``.
-``spilled``
-    Requests of the host in the spill store (``FRONTIER_SPILL_STORE``), and
-    on their way there: raised by the frontier's commit script for each
-    request it refuses, lowered by the refill script of
-    :mod:`extensions.core.frontier.spill` as it moves them back (and by recovery).
-``spilling``
-    Of those, the ones a worker has not yet confirmed written to the spill
-    store: a refill starts only when it is 0 (all spilled so far are in the
-    store it reads).
-``spill_low``
-    The lowest score spilled since a refill started (cleared when one
-    starts): that refill moves back only requests scored below it, so it
-    never moves a later request ahead of an earlier one still on its way.
-
-The effective spacing of a host is max(``delay`` or the default, ``backoff``
-unless forgiven): the ``spacing`` helper of :data:`LUA_RECORD`, used by the
-frontier's lease script and the lock script of
-:mod:`extensions.downloadermiddlewares.politeness`.
+One record per host (``FrontierKeys(prefix, partition, partitions).host(key)``,
+in its host's partition), a HASH of integers (epoch ms of the Redis clock,
+durations in ms). Its fields, their single writer and the rules every script
+applies to them (spacing, park, back-off, circuit breaker, host verdicts):
+``docs/host-record.md``. Its scripts are in :mod:`extensions.core.frontier.lua`.
 
 Settings read: none (the middlewares pass their settings in).
 """

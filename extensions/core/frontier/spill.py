@@ -1,54 +1,14 @@
 """The frontier spill: queues past a cap wait in the page store, not in Redis.
 
-A host may queue at most ``FRONTIER_HOST_QUEUE_MAX`` requests in Redis; while
-the crawl's Redis ``used_memory`` is over ``FRONTIER_MAX_MEMORY`` (sampled
-with ``INFO memory`` every :data:`MEMORY_SAMPLE_S` seconds, not per request)
-the cap is ``FRONTIER_SPILL_BATCH`` (on a Redis Cluster: while the fullest
-master's is). The frontier's commit script refuses a
-request of a host over its cap, or of a host that already has requests
-spilled, and returns it with the score it would have queued with (priority,
-then arrival); the worker appends it to the spill store
-(``FRONTIER_SPILL_STORE``, a class path built with ``build_from_crawler``,
-satisfying :class:`SpillStore`; the webcrawl add-on names the page store's,
-:class:`pipelines.stores.spill.PageStoreSpill`). As the host's queue drains
-below ``FRONTIER_SPILL_BATCH``, one worker at a time (a token lock per host,
-:mod:`extensions.connection.locks`) takes the next ``FRONTIER_SPILL_BATCH`` entries in
-score order from the store, puts them back in Redis with their original
-scores (:data:`REFILL_LUA`) and deletes them from the store. Stats:
-``frontier/spilled``, ``frontier/refilled``.
-
-Order: every request queued in Redis for a host scores below every one
-spilled (the commit script spills the queue's last in place of a new request
-that scores below it), and a refill moves the lowest-scored spilled requests
-back, so a host's requests are leased in the order Redis alone would lease
-them. A refill starts only when no spilled request is on its way to the
-store (the host record's ``spilling``, see :mod:`extensions.core.frontier.hostrecord`),
-and
-moves back only the requests it read that score below every request spilled
-since it started (``spill_low``), so it never moves a later request ahead of
-an earlier one, and commits spilling meanwhile never starve it.
-
-Nothing lost: a request refused by the cap stays in the worker's write-ahead
-entry (:meth:`extensions.core.frontier.frontier.Frontier.log_ahead`) until the worker
-has
-written it to the store and confirmed it (:data:`SPILLED_LUA`); a worker that
-dies in between has it queued again in Redis, with its score, by recovery.
-A worker that dies after a refill script but before deleting the moved
-entries from the store leaves them in both: they are queued again by a later
-refill (a no-op while still queued, a re-fetch if already fetched): a
-re-fetch beats a lost URL.
-
-Without a spill store (``FRONTIER_SPILL_STORE`` empty) there is no cap:
-queues grow in Redis, and a cap set above its default is reported once at
-open (a component wired by hand keeps working; the add-on always names the
-page store's spill).
-
-A host judged down (``HOST_DOWN_AFTER``, its record's ``down``) spills
-nothing: the commit script dead-letters its new requests as ``host_down``,
-and a refill dead-letters the spilled ones it reads in the same way.
-
-Retries (``delayed``), recovered write-ahead batches and leases handed back
-or reclaimed bypass the cap: they are few, and they keep their place.
+A host queues at most ``FRONTIER_HOST_QUEUE_MAX`` requests in Redis
+(``FRONTIER_SPILL_BATCH`` while Redis ``used_memory`` is over
+``FRONTIER_MAX_MEMORY``, sampled every :data:`MEMORY_SAMPLE_S` s); the commit
+script refuses the rest, the worker
+writes them to the spill store (``FRONTIER_SPILL_STORE``: a class satisfying
+:class:`SpillStore`), and one worker at a time refills a host from it in
+score order as its queue drains, so a host's requests are leased in the
+order Redis alone would give, and none is lost to a worker that dies. The
+protocol and its guarantees: ``docs/spill.md``.
 
 Settings read: ``FRONTIER_HOST_QUEUE_MAX``, ``FRONTIER_MAX_MEMORY``,
 ``FRONTIER_SPILL_STORE``, ``FRONTIER_SPILL_BATCH``.
