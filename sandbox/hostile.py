@@ -47,6 +47,7 @@ ssrf           ``/ssrf/link.html`` links ``PRIVATE_LINK`` and ``/ssrf/redirect.h
                corner; crawl with ``ADDRESS_ALLOWLIST=127.0.0.1/32``)
 content        ``/content/label-base64.html`` (``charset=base64`` in the header)
                and ``/content/label-rot13.html`` (``<meta charset=rot13>``),
+               ``/content/label-undefined.html`` (``charset=undefined``),
                UTF-8 really, each linking ``/content/reached-<label>.html``;
                ``/content/files.html`` links ``CONTENT_FILES``: a small PDF,
                a PNG, a zip and an extensionless ``application/octet-stream``
@@ -150,6 +151,8 @@ MANY_LINKS = 100_000
 HOSTILE_LABELS: dict[str, tuple[str, str]] = {
     "/content/label-base64.html": ("header", "base64"),
     "/content/label-rot13.html": ("meta", "rot13"),
+    # Python's "undefined" codec: a text codec that refuses every byte.
+    "/content/label-undefined.html": ("header", "undefined"),
 }
 LABEL_SAMPLE = "Grüße — déjà vu"
 # Non-HTML files /content/files.html links: path -> (content type, body).
