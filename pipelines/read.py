@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {value}")
         return 0
     if args.version > 0:
-        versions = get_versions(args.url, settings)
+        versions = get_versions(page.url, settings)  # args.url may be final
         if len(versions) < args.version:
             print(f"{len(versions)} earlier versions of {args.url}", file=sys.stderr)
             return 1
