@@ -6,11 +6,12 @@ Collections ``pages_metadata``, ``pages_content`` and ``pages_simhash``
 ms, record: str}``, the continuous crawl's store-side schedule,
 :mod:`pipelines.stores.schedule`) and ``spilled_requests`` (``{_id: "<host>
 <score>", host, score, member}``: the frontier spill); indexes created at
-open: ``url`` unique, ``domain``, ``fetched_at``, ``content_hash``, ``final_url``, ``bands``
-(multikey), the schedule's ``due`` and the spill's ``(host, score)`` unique. A
-batch is three unordered bulk writes of ``ReplaceOne(upsert=True)`` by
-``_id`` (metadata first, then the content and the band index of the metadata
-that was written), so a retried batch is harmless.
+open: ``url`` unique, ``domain``, ``fetched_at``, ``content_hash``,
+``final_url``, ``bands`` (multikey), the schedule's ``due`` and the spill's
+``(host, score)`` unique. A batch is three unordered bulk writes of
+``ReplaceOne(upsert=True)`` by ``_id`` (metadata first, then the content and
+the band index of the metadata that was written), so a retried batch is
+harmless.
 
 Errors: network errors, server selection timeouts, primary step-downs and
 write errors labelled retryable raise
