@@ -16,7 +16,9 @@ It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0, and
 the continuous-crawl extension (:mod:`extensions.recrawl`) when
 ``RECRAWL_ENABLED``.
 
-Settings read: ``METRICS_PORT``, ``RECRAWL_ENABLED``; ``REDIS_URL`` and
+Settings read: ``METRICS_PORT``, ``RECRAWL_ENABLED``, ``FRONTIER_PARTITIONS``
+and ``POLITENESS_KEY`` (on a Redis Cluster, see :func:`cluster_partitions`);
+``REDIS_URL`` and
 ``WEBCRAWL_HOME`` (also from the environment, see
 :func:`extensions.config.setting_or_env`): when no Redis is configured, the
 add-on starts (or finds) the embedded one here, before the crawl starts,
@@ -30,15 +32,24 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, NoReturn
 
+from scrapy.settings import SETTINGS_PRIORITIES
+
 import extensions.defaults
 import pipelines.defaults
 from extensions import addresses, charsets, config, politeness, traps
-from extensions.connection import RedisUnavailable, check_redis, resolve_redis_url
+from extensions.connection import (
+    TRANSIENT_REDIS_ERRORS,
+    RedisUnavailable,
+    check_redis,
+    resolve_redis_url,
+    sync_client,
+)
 from extensions.embedded_redis import (
     StopIfNeverOpened,
     embedded_unless_configured,
     webcrawl_home,
 )
+from extensions.frontier import first_partitions
 from webcrawl import defaults
 
 if TYPE_CHECKING:
@@ -97,6 +108,38 @@ def guarantee_problems(settings: BaseSettings) -> list[str]:
             f"> FRONTIER_HEARTBEAT_INTERVAL ({heartbeat:g})"
         )
     return found
+
+
+def cluster_partitions(settings: BaseSettings, crawl: str) -> None:
+    """On a Redis Cluster, a ``FRONTIER_PARTITIONS`` left at its default
+    becomes the crawl's recorded count, else one per master
+    (:func:`extensions.frontier.first_partitions`), at ``addon`` priority:
+    with one partition the frontier of a crawl sits on one master. Every
+    component reads the setting after this, so all agree. Not with a
+    ``POLITENESS_KEY`` other than ``host``, which needs one partition.
+    """
+    priority = settings.getpriority("FRONTIER_PARTITIONS")
+    if (priority or 0) > SETTINGS_PRIORITIES["default"]:
+        return  # set by the user: it wins (and the frontier's pin checks it)
+    if settings.get("POLITENESS_KEY") != "host":
+        return
+    client = sync_client(settings)
+    try:
+        partitions = first_partitions(client, crawl)
+    except TRANSIENT_REDIS_ERRORS as exc:
+        raise RedisUnavailable(
+            f"Redis Cluster did not answer the partition count of crawl "
+            f"{crawl!r}: {type(exc).__name__}"
+        ) from None
+    finally:
+        client.close()
+    settings.set("FRONTIER_PARTITIONS", partitions, "addon")
+    logger.info(
+        "Redis Cluster: FRONTIER_PARTITIONS=%s for crawl %r (its record, else "
+        "one partition per master; set it to choose)",
+        partitions,
+        crawl,
+    )
 
 
 def refuse(error: Exception) -> NoReturn:
@@ -169,6 +212,12 @@ class Webcrawl:
                 StopIfNeverOpened(self.crawler, webcrawl_home(settings))
             # One ping with short timeouts: a wrong password, a closed port or
             # a server that never answers stops the worker in seconds.
-            check_redis(resolve_redis_url(settings))
+            if check_redis(resolve_redis_url(settings)):
+                cluster_partitions(settings, self._crawl_name())
         except (config.SettingsError, RedisUnavailable) as exc:
             refuse(exc)
+
+    def _crawl_name(self) -> str:
+        """The crawl's key prefix: its spider's name (the scheduler's)."""
+        spidercls = getattr(self.crawler, "spidercls", None)
+        return str(getattr(spidercls, "name", None) or "web")
