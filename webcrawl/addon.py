@@ -16,7 +16,13 @@ It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0, and
 the continuous-crawl extension (:mod:`extensions.recrawl`) when
 ``RECRAWL_ENABLED``.
 
-Settings read: ``METRICS_PORT``, ``RECRAWL_ENABLED``, ``FRONTIER_PARTITIONS``
+A setting given on the command line (``-s``, scrapyd's ``setting=``) that no
+one knows and whose name is close to a known one is named in one warning
+(``did you mean DOWNLOAD_DELAY?``), or stops the worker under
+``SETTINGS_STRICT`` (:func:`check_typos`).
+
+Settings read: ``METRICS_PORT``, ``RECRAWL_ENABLED``, ``SETTINGS_STRICT``,
+``FRONTIER_PARTITIONS``
 and ``POLITENESS_KEY`` (on a Redis Cluster, see :func:`cluster_partitions`);
 ``REDIS_URL`` and
 ``WEBCRAWL_HOME`` (also from the environment, see
@@ -29,10 +35,13 @@ spider opens (:class:`~extensions.embedded_redis.StopIfNeverOpened`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+from importlib import import_module
 from typing import TYPE_CHECKING, NoReturn
 
-from scrapy.settings import SETTINGS_PRIORITIES
+from scrapy.settings import SETTINGS_PRIORITIES, default_settings
 
 import extensions.defaults
 import pipelines.defaults
@@ -110,6 +119,45 @@ def guarantee_problems(settings: BaseSettings) -> list[str]:
     return found
 
 
+def known_settings(settings: BaseSettings) -> set[str]:
+    """Setting names a worker knows: Scrapy's defaults, every package's
+    defaults module, the project's settings module (``SCRAPY_SETTINGS_MODULE``)
+    and whatever is set below the command line (the project, a spider's
+    ``custom_settings``, the add-on)."""
+    known = {name for name in dir(default_settings) if name.isupper()}
+    known |= {spec.name for module in DEFAULTS for spec in config.specs(module)}
+    project = os.environ.get("SCRAPY_SETTINGS_MODULE")
+    if project:
+        with contextlib.suppress(ImportError):
+            known |= {n for n in dir(import_module(project)) if n.isupper()}
+    cmdline = SETTINGS_PRIORITIES["cmdline"]
+    known |= {n for n in settings if (settings.getpriority(n) or 0) < cmdline}
+    return known
+
+
+def setting_typos(settings: BaseSettings) -> dict[str, str]:
+    """The names given on the command line (``-s``; scrapyd's ``setting=``
+    is passed as ``-s``) that no one knows and that are close to a known
+    name, each with that name (:func:`extensions.config.misspelled`)."""
+    cmdline = SETTINGS_PRIORITIES["cmdline"]
+    given = [n for n in settings if settings.getpriority(n) == cmdline]
+    return config.misspelled(given, known_settings(settings))
+
+
+def check_typos(settings: BaseSettings) -> None:
+    """Warn in one line about :func:`setting_typos`; refuse to start with
+    that line instead under ``SETTINGS_STRICT``."""
+    typos = setting_typos(settings)
+    if not typos:
+        return
+    line = "unknown settings, ignored: " + ", ".join(
+        f"{name} (did you mean {known}?)" for name, known in sorted(typos.items())
+    )
+    if settings.getbool("SETTINGS_STRICT"):
+        refuse(config.SettingsError(line + " (SETTINGS_STRICT)"))
+    logger.warning("%s%s", line[0].upper(), line[1:])
+
+
 def cluster_partitions(settings: BaseSettings, crawl: str) -> None:
     """On a Redis Cluster, a ``FRONTIER_PARTITIONS`` left at its default
     becomes the crawl's recorded count, else one per master
@@ -184,6 +232,7 @@ class Webcrawl:
             refuse(exc)
         if problems := guarantee_problems(settings):
             refuse(config.SettingsError("; ".join(problems)))
+        check_typos(settings)
         settings.set("SCHEDULER", SCHEDULER, "addon")
         settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
         # At "addon" priority: a FRONTIER_SPILL_STORE the project or the
