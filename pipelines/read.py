@@ -24,6 +24,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from extensions.config import SettingsError
 from pipelines.stores import store_from_settings
 from pipelines.stores.base import PermanentStoreError
 
@@ -114,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     except PermanentStoreError as e:
         print(f"pipelines.read: {e} (set SQLITE_PATH, WEBCRAWL_HOME or MONGO_URI)",
               file=sys.stderr)  # fmt: skip
+        return 2
+    except SettingsError as e:
+        print(f"pipelines.read: {e}", file=sys.stderr)
         return 2
     if page is None:
         print(f"not stored: {args.url}", file=sys.stderr)

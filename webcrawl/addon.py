@@ -59,6 +59,7 @@ from extensions.embedded_redis import (
     webcrawl_home,
 )
 from extensions.frontier import first_partitions
+from pipelines.stores import store_class
 from webcrawl import defaults
 
 if TYPE_CHECKING:
@@ -233,6 +234,10 @@ class Webcrawl:
         if problems := guarantee_problems(settings):
             refuse(config.SettingsError("; ".join(problems)))
         check_typos(settings)
+        try:
+            store_class(settings)  # a class it cannot load: one line, not 45
+        except config.SettingsError as exc:
+            refuse(exc)
         settings.set("SCHEDULER", SCHEDULER, "addon")
         settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
         # At "addon" priority: a FRONTIER_SPILL_STORE the project or the

@@ -16,11 +16,14 @@ key name of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
 from scrapy.commands import ScrapyCommand
 
@@ -54,7 +57,7 @@ from webcrawl.addon import DEFAULTS, install_defaults
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Coroutine, Iterable
+    from collections.abc import Callable, Coroutine, Iterable, Iterator
 
     import redis.asyncio as aredis
     from scrapy.settings import BaseSettings, Settings
@@ -82,19 +85,35 @@ class OperatorCommand(ScrapyCommand):
         )
 
     def crawl_settings(self) -> Settings:
+        """The workers' settings; a value out of range: one line on stderr
+        and exit status 2, as a worker refuses it."""
         assert self.settings is not None
         settings = self.settings.copy()
         install_defaults(settings)
-        config.check(settings, *DEFAULTS)
+        try:
+            config.check(settings, *DEFAULTS)
+        except config.SettingsError as exc:
+            self.refuse(exc)
         embedded_unless_configured(settings, "cmdline")
         return settings
 
+    def refuse(self, error: Exception) -> NoReturn:
+        print(f"scrapy {self.name()}: {error}", file=sys.stderr)
+        raise SystemExit(2)
+
+    def name(self) -> str:
+        return type(self).__module__.rsplit(".", 1)[-1]
+
     def call(self, func: Callable[..., Coroutine[Any, Any, _T]], *args: Any) -> _T:
         """``func(settings, *args)`` to completion; Redis unreachable: one line
-        on stderr (password redacted) and exit status 1, no traceback."""
+        on stderr (password redacted) and exit status 1, no traceback; a
+        setting that cannot be used (a page store it cannot load): one line
+        and exit status 2."""
         settings = self.crawl_settings()
         try:
             return asyncio.run(func(settings, *args))
+        except config.SettingsError as exc:
+            self.refuse(exc)
         except TRANSIENT_REDIS_ERRORS as exc:
             url = redact_url(resolve_redis_url(settings))
             print(f"Redis unreachable at {url}: {exc}", file=sys.stderr)
@@ -102,6 +121,30 @@ class OperatorCommand(ScrapyCommand):
         except RedisUnavailable as exc:  # already one line, password masked
             print(exc, file=sys.stderr)
             raise SystemExit(1) from None
+
+
+@contextlib.contextmanager
+def quiet_broken_pipe() -> Iterator[None]:
+    """End as a Unix tool ends when the reader of its output goes away
+    (``scrapy status | head``, like ``yes | head``): killed by SIGPIPE,
+    without a word.
+
+    Python ignores SIGPIPE, so a write to a closed pipe raises
+    ``BrokenPipeError`` (a traceback, exit 1); this is the way out the
+    Python documentation gives ("Note on SIGPIPE", :mod:`signal`), then the
+    signal's own default. SIGPIPE stays ignored everywhere else: a Redis
+    socket closed under a write must raise, not kill.
+    """
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit: let that go to /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGPIPE)
+        raise SystemExit(128 + signal.SIGPIPE) from None  # if it came late
 
 
 def client_for(settings: BaseSettings) -> aredis.Redis:
@@ -322,20 +365,30 @@ def render_status(s: dict[str, Any]) -> str:
 
 
 def check_seed_lines(
-    lines: Iterable[str], max_url_length: int = URL_LENGTH_LIMIT
+    lines: Iterable[str | bytes], max_url_length: int = URL_LENGTH_LIMIT
 ) -> tuple[list[str], list[tuple[int, str, str]]]:
     """Valid seed entries, and (line number, line, why) for the invalid ones,
     judged by the parser the workers use (:func:`extensions.seeds.parse_seed`)
-    with the same URL length limit. Blank lines and ``#`` comments are skipped.
+    with the same URL length limit. Blank lines and ``#`` comments are skipped;
+    a line of bytes that are not UTF-8 is invalid, as on the seed list.
 
     >>> valid, invalid = check_seed_lines(["http://a.test/", "", "# c", "ftp://b/"])
     >>> valid, invalid
     (['http://a.test/'], [(4, 'ftp://b/', "scheme must be http or https, not 'ftp'")])
+    >>> check_seed_lines([b"http://a.test/caf\\xe9", b"http://b.test/"])
+    (['http://b.test/'], [(1, 'http://a.test/caf\ufffd', 'not UTF-8')])
     """
     valid: list[str] = []
     invalid: list[tuple[int, str, str]] = []
     for number, raw in enumerate(lines, 1):
-        line = raw.strip()
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError:
+            assert isinstance(raw, bytes)
+            shown = raw.decode("utf-8", "replace").strip()
+            invalid.append((number, shown, "not UTF-8"))
+            continue
+        line = text.strip()
         if not line or line.startswith("#"):
             continue
         try:

@@ -25,9 +25,11 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from extensions.config import SettingsError
 from pipelines.export import write_jsonl, write_warc
 from pipelines.stores import store_from_settings
 from pipelines.stores.base import PermanentStoreError
+from webcrawl.operate import quiet_broken_pipe
 
 if TYPE_CHECKING:
     import argparse
@@ -110,16 +112,16 @@ class Command(ScrapyCommand):
             raise UsageError(f"unexpected arguments: {' '.join(args)}")
         since = parse_since(opts.since) if opts.since else None
         assert self.settings is not None
-        store = store_from_settings(self.settings)
         try:
+            store = store_from_settings(self.settings)
             store.open(create=False)
-        except PermanentStoreError as e:
+        except (PermanentStoreError, SettingsError) as e:
             print(f"scrapy export: {e}", file=sys.stderr)
             self.exitcode = 2
             return
         try:
             pages = store.iter_pages(host=opts.host, since=since)
-            with _output(opts.output) as out:
+            with quiet_broken_pipe(), _output(opts.output) as out:
                 if opts.format == "jsonl":
                     n = write_jsonl(pages, out, with_body=opts.body)
                     summary = f"{n} pages"
