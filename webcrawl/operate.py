@@ -232,6 +232,10 @@ async def gather_status(
         "top_hosts": [{"host": h, "queued": n} for h, n in fv.top_hosts],
         "bloom": bloom,
         "redis": _memory(memory),
+        # The fleet's figure: what every worker wrote to its page store,
+        # wherever that is (this machine's WEBCRAWL_HOME may not be the
+        # workers'); the store this command reads comes apart (_store).
+        "pages_stored": fleet.totals.get("stored", 0),
         **store,
     }
 
@@ -271,13 +275,15 @@ async def _bloom(
 
 
 def _store(settings: BaseSettings) -> dict[str, Any]:
-    """Pages stored, and pages that share another page's content
-    (duplicates), read through the page store."""
+    """The page store this command's settings name (``store``): its pages
+    (``store_pages``, None when there is none here: the workers' may be on
+    another machine or under another ``WEBCRAWL_HOME``) and those that share
+    another page's content (duplicates)."""
     store = store_from_settings(settings)
     path = getattr(store, "path", None)
     if path is not None and not Path(path).exists():
-        # No page stored yet on this machine: do not create an empty store.
-        return {"store": repr(store), "pages_stored": 0, "duplicates": 0}
+        # No store here: do not create an empty one.
+        return {"store": repr(store), "store_pages": None, "duplicates": None}
     store.open()
     try:
         stored = store.count()
@@ -287,7 +293,7 @@ def _store(settings: BaseSettings) -> dict[str, Any]:
         store.close()
     return {
         "store": repr(store),
-        "pages_stored": stored,
+        "store_pages": stored,
         "pages_with_content": with_content,
         # Pages stored without their own content: exact or near duplicates
         # of a page stored earlier, and failures (no body).
@@ -326,9 +332,16 @@ def render_status(s: dict[str, Any]) -> str:
         ),
         f"  seeds       {s['seeds_pending']} pending, {s['seeds_invalid']} invalid; "
         f"{s['poisoned']} malformed frontier entries set aside",
-        f"  store       {_num(s['pages_stored'])} pages stored, "
-        f"{s['duplicates'] if s['duplicates'] is not None else '?'} without own content"
-        f" ({s['store']})",
+        f"  stored      {_num(s['pages_stored'])} pages (the fleet's counters in "
+        f"Redis), {_num(s['totals'].get('duplicates', 0))} of them duplicates",
+        (
+            f"  store       {_num(s['store_pages'])} pages, "
+            + (f"{_num(s['duplicates'])}" if s.get("duplicates") is not None else "?")
+            + f" without own content, in {s['store']} (this command's settings)"
+            if s["store_pages"] is not None
+            else f"  store       no page store at {s['store']} (this command's "
+            "settings: the workers' is elsewhere)"
+        ),
         f"  fleet       {_num(s['totals'].get('pages', 0))} pages fetched, "
         f"{_num(s['totals'].get('bytes', 0))} bytes, "
         f"{_num(s['totals'].get('errors', 0))} errors",
