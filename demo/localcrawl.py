@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import Settings
 
-from demo.fleet import push_seeds, start_worker, wait_all
+from demo.fleet import push_seeds, start_worker, stop_all, wait_all
 from extensions.connection import sync_client
 from extensions.keys import (
     crawl_patterns,
@@ -118,13 +118,18 @@ def crawl_sandbox(
     with SandboxProcess(spec, directory=home, max_seconds=timeout + 60) as web:
         push_seeds(redis_url, [*web.seed_urls(), *(extra_seeds or [])])
         start = time.monotonic()
-        procs = [
-            start_worker(all_settings, log_dir / f"worker-{n}.log")
-            for n in range(workers)
-        ]
-        if during is not None:
-            during(procs, web)
-        codes = wait_all(procs, timeout)
+        procs: list[Any] = []
+        try:
+            for n in range(workers):
+                procs.append(start_worker(all_settings, log_dir / f"worker-{n}.log"))
+            if during is not None:
+                during(procs, web)
+            codes = wait_all(procs, timeout)
+        except BaseException:
+            # Interrupted (Ctrl-C, a failed check in ``during``): the workers
+            # run in sessions of their own and would outlive this process.
+            stop_all(procs)
+            raise
         seconds = time.monotonic() - start
         web.stop()
         records = web.records()

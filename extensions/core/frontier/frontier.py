@@ -46,6 +46,7 @@ from extensions.utils.hosts import host_partition
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    import redis
     import redis.asyncio as aredis
 
 
@@ -521,6 +522,28 @@ async def recorded_partitions(client: aredis.Redis, prefix: str) -> int | None:
     """The partition count a crawl's first worker recorded (None: none yet)."""
     value = await client.get(FrontierKeys(prefix).partitions)
     return None if value is None else int(value)
+
+
+# FRONTIER_PARTITIONS's upper bound (extensions.settings.defaults).
+_MAX_PARTITIONS = 256
+
+
+def first_partitions(client: redis.Redis, prefix: str) -> int:
+    """The partition count of a worker on a Redis Cluster that leaves
+    ``FRONTIER_PARTITIONS`` unset: the count the crawl recorded
+    (:meth:`PartitionedFrontier.pin`); one for a crawl written before
+    partitions (the pin's rule); else one per master, so that a new crawl's
+    frontier spreads over the whole cluster. Blocking: for the add-on, before
+    the crawl starts (``client`` is a synchronous cluster client).
+    """
+    k = FrontierKeys(prefix)
+    recorded = client.get(k.partitions)
+    if recorded is not None:
+        return int(recorded)
+    if client.exists(k.ready, k.leases, k.delayed):
+        return 1
+    masters = len(cast("Any", client).get_primaries())
+    return max(1, min(_MAX_PARTITIONS, masters))
 
 
 class PartitionedFrontier:
