@@ -816,12 +816,14 @@ class RedisScheduler(BaseScheduler):
             if batch.paused:
                 # Finish the downloads under way; hand back what has not
                 # started, so it waits in its host's queue, not in this worker.
-                # (A Redis error here leaves all as it was: the next round
-                # tries again.)
+                # Out of the buffer before the await: the engine takes
+                # requests from it meanwhile, and one it started must not be
+                # handed back too (fetched twice). A Redis error leaves these
+                # leases to expire: queued again, late, never fetched twice.
                 unstarted = [lease for lease, _ in self._buffer]
+                self._buffer.clear()
                 if unstarted:
                     await self.frontier.release(unstarted)
-                self._buffer.clear()
                 logger.info(
                     "Fleet paused: leasing nothing, finishing %s requests under "
                     "way, %s unstarted handed back",
