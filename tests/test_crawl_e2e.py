@@ -16,18 +16,18 @@ import pytest
 import redis
 from scrapy.settings import Settings
 
-from demo.fleet import start_worker, stop
+from demo.fleet import push_seeds, start_worker, stop
 from demo.localcrawl import CrawlReport, crawl_sandbox, sandbox_settings
 from extensions.embedded_redis import RedisProcess
 from extensions.hosts import host_key, host_partition
 from extensions.keys import FrontierKeys
 from pipelines.stores import store_from_settings
+from sandbox.process import SandboxProcess
 from sandbox.site import SiteSpec, crawl_delay_map
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sandbox.process import SandboxProcess
 
 pytestmark = pytest.mark.slow
 
@@ -211,6 +211,75 @@ def test_crawl_waits_out_a_redis_restart(tmp_path: Path) -> None:
         server.stop()
     assert report.exit_codes == [0, 0]
     assert_complete(report, tmp_path)
+
+
+def redis_time_ms(client: redis.Redis) -> float:
+    seconds, micros = client.time()
+    return seconds * 1000 + micros / 1000
+
+
+def test_an_idle_looking_worker_waits_out_a_redis_outage(tmp_path: Path) -> None:
+    """A worker whose last answer from Redis was "nothing due yet" (its one
+    request waits out a ``Retry-After: 5`` in the delayed ZSET) does not take
+    an outage longer than ``MAX_IDLE_TIME_BEFORE_CLOSE`` for idleness: Redis
+    did not answer, it did not say nothing is due. It is alive when Redis
+    comes back, and fetches the retry."""
+    idle = 8.0  # longer than the Retry-After: no close without an outage
+    server = RedisProcess(tmp_path / "redis").start()
+    spec = SiteSpec(seed=4, hosts=2, pages_per_host=1, features={"failures"})
+    settings = {
+        **sandbox_settings(server.url, tmp_path),
+        "MAX_IDLE_TIME_BEFORE_CLOSE": idle,
+        "PIPELINE_FLUSH_INTERVAL": 0.2,
+        "REDIS_RETRY_INITIAL": 0.2,
+        "REDIS_RETRY_MAX": 1.0,
+    }
+    client = redis.Redis.from_url(server.url)
+    keys = FrontierKeys("web")
+    proc = None
+    try:
+        with SandboxProcess(spec, directory=tmp_path, max_seconds=240) as web:
+            path = "/fail/retry-later.html"
+            push_seeds(server.url, [spec.url(spec.trap_host, path, web.port)])
+            # Depth 1: the page's one link ("/"), not the corner "/" links.
+            proc = start_worker(
+                settings, tmp_path / "logs" / "worker.log", {"max_depth": 1}
+            )
+
+            def answers() -> list[int]:
+                return [r["status"] for r in web.records() if r["path"] == path]
+
+            deadline = time.monotonic() + 120
+            # The 503 answered, its retry in the delayed ZSET, no lease out:
+            # the worker's lease rounds now answer "nothing due".
+            while time.monotonic() < deadline and not (
+                answers() == [503]
+                and client.zcard(keys.delayed) == 1
+                and client.zcard(keys.leases) == 0
+            ):
+                time.sleep(0.05)
+            assert answers() == [503]
+            waiting = redis_time_ms(client)
+            while redis_time_ms(client) < waiting + 1500:  # 3 lease rounds
+                time.sleep(0.05)
+            assert client.zcard(keys.leases) == 0 and answers() == [503]
+            server.stop()
+            # Down for longer than the idle time; the retry falls due meanwhile.
+            end = time.monotonic() + idle + 6
+            while time.monotonic() < end and proc.poll() is None:
+                time.sleep(0.1)
+            alive = proc.poll() is None
+            server.start(server.port)
+            code = proc.wait(120)
+            web.stop()
+            assert alive, "the worker closed during the outage with work due"
+            assert code == 0
+            assert answers() == [503, 200]
+    finally:
+        if proc is not None:
+            stop(proc)
+        client.close()
+        server.stop()
 
 
 def test_duplicate_pages_are_flagged_not_stored_twice(
