@@ -33,7 +33,7 @@ from extensions.hosts import (
     hostname_of,
     registered_domain,
 )
-from extensions.locks import TokenLock, new_token
+from extensions.locks import LUA_TAKE, TokenLock, new_token
 from extensions.scripts import script
 
 if TYPE_CHECKING:
@@ -48,12 +48,14 @@ logger = logging.getLogger(__name__)
 # quiet period ms, ARGV[4] hold ms (how long the fetch may take: the lock is
 # set for spacing + hold, and cut to the spacing when the fetch completes).
 # Returns {code, ms, fails} (code: a LockState): ACQUIRED (the lock is set NX
-# PX, ms = the host's effective spacing; ms 0 = no spacing, nothing set),
+# PX, or already held by ARGV[1] and set again, ms = the host's effective
+# spacing; ms 0 = no spacing, nothing set),
 # HELD by another token (ms = its PTTL, or one spacing while the holder is
 # still fetching), PARKED (ms until the park ends);
 # fails = the record's consecutive connection failures.
 ACQUIRE_SCRIPT = (
     LUA_RECORD
+    + LUA_TAKE
     + """
 local now = now_ms()
 local rec = host_record(KEYS[2])
@@ -64,7 +66,8 @@ local delay = math.floor(spacing(rec, tonumber(ARGV[2]), now, tonumber(ARGV[3]))
 if delay <= 0 then
   return {0, 0, rec.fails}
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', delay + tonumber(ARGV[4])) then
+-- Taken NX, or already ours (a retry whose reply was lost): not HELD.
+if take(KEYS[1], ARGV[1], delay + tonumber(ARGV[4])) then
   return {0, delay, rec.fails}
 end
 local ttl = redis.call('PTTL', KEYS[1])

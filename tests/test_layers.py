@@ -47,7 +47,7 @@ ONE_HOME = {
     "redis.call('TIME')": "extensions/scripts.py",  # the Redis clock (Lua)
     "await client.time()": "extensions/scripts.py",  # the Redis clock (Python)
     "'HMGET', hkey, 'next'": "extensions/hosts.py",  # reading the host record
-    "nx=True, px=": "extensions/locks.py",  # the token lock
+    "'NX', 'PX'": "extensions/locks.py",  # taking a token lock
     "== ARGV[1] then": "extensions/locks.py",  # compare-on-token scripts
 }
 
