@@ -11,6 +11,7 @@ is the spider's name.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 from enum import IntEnum
@@ -230,6 +231,7 @@ class PolitenessMiddleware:
         )
         crawler.signals.connect(self._left_downloader, signals.request_left_downloader)
         crawler.signals.connect(self._headers_received, signals.headers_received)
+        crawler.signals.connect(self._closed, signals.spider_closed)
         self._tasks: set[asyncio.Task[None]] = set()
 
     @classmethod
@@ -366,8 +368,31 @@ class PolitenessMiddleware:
         try:
             await self.lock.extend(held["id"], held["token"], held["spacing_ms"])
         except TRANSIENT_REDIS_ERRORS as exc:
-            # Redis down: the lock simply expires after its full hold.
+            # Redis away: shorten it once Redis is back, or the host would
+            # wait out the whole hold (DOWNLOAD_TIMEOUT) after the outage.
             logger.debug("Could not shorten the lock of %s: %s", held["id"], exc)
+            task = asyncio.ensure_future(self._shorten_later(held))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _closed(self) -> None:
+        # A lock still to be shortened lapses by itself.
+        for task in self._tasks:
+            task.cancel()
+
+    async def _shorten_later(self, held: dict[str, Any]) -> None:
+        """Shorten a lock to one spacing from when Redis answers again; give
+        up when its hold would have run out anyway."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                retry_redis(
+                    lambda: self.lock.extend(
+                        held["id"], held["token"], held["spacing_ms"]
+                    ),
+                    "the host lock",
+                ),
+                self.hold_ms / 1000,
+            )
 
     # -- the local download slot --------------------------------------------
 

@@ -41,7 +41,7 @@ from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from extensions import config, defaults, keys, meta
-from extensions.connection import async_client, retry_redis
+from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client, retry_redis
 from extensions.failures import DNS_ERRORS, DOWNLOAD_ERRORS
 from extensions.hosts import (
     Deferral,
@@ -126,6 +126,15 @@ def classify(status: int) -> Verdict:
     if status == 429 or status >= 500 or status in (UNREACHABLE, UNRESOLVABLE):
         return Verdict.DISALLOW
     return Verdict.ALLOW
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """One worker's load of a host's robots.txt, across Redis errors: the
+    fetch lock's token and, once fetched, the answer (status, body)."""
+
+    token: str
+    answer: tuple[int, bytes] | None = None
 
 
 @dataclass(slots=True)
@@ -316,8 +325,13 @@ class SharedRobotsTxtMiddleware:
             return await asyncio.shield(pending)
         future: asyncio.Future[RobotsEntry] = asyncio.get_running_loop().create_future()
         self._pending[hostkey] = future
+        # One token and one answer for every try: a try that a Redis error
+        # ends takes its own lock back and records the answer it has.
+        attempt = _Attempt(new_token())
         try:
-            entry = await retry_redis(lambda: self._load(hostkey), "robots.txt")
+            entry = await retry_redis(
+                lambda: self._load(hostkey, attempt), "robots.txt"
+            )
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: no "never retrieved" warning
@@ -355,7 +369,7 @@ class SharedRobotsTxtMiddleware:
             )
         return RobotsEntry(status, parser, time.monotonic() + ttl, ttl, failures)
 
-    async def _load(self, hostkey: str) -> RobotsEntry:
+    async def _load(self, hostkey: str, attempt: _Attempt) -> RobotsEntry:
         stats = self.crawler.stats
         assert stats is not None
         lock_key = keys.robots_fetch_lock(self.prefix, hostkey)
@@ -363,28 +377,40 @@ class SharedRobotsTxtMiddleware:
         lock_ms = round(self.fetch_timeout * 1000 * (self.max_redirects + 2))
         poll = 0.05
         while True:
-            cached = await self._cached(hostkey)
-            if cached is not None:
-                stats.inc_value("robotstxt/cache_hit")
-                return cached
-            token = new_token()
-            if await self.fetch_lock.acquire(lock_key, token, lock_ms):
+            if attempt.answer is None:
+                cached = await self._cached(hostkey)
+                if cached is not None:
+                    stats.inc_value("robotstxt/cache_hit")
+                    return cached
+            if await self.fetch_lock.acquire(lock_key, attempt.token, lock_ms):
                 try:
-                    # Check again under the lock: another worker may have
-                    # stored the file between our cache miss and our SET NX.
-                    cached = await self._cached(hostkey)
-                    if cached is not None:
-                        stats.inc_value("robotstxt/cache_hit")
-                        return cached
-                    return await self._fetch(hostkey)
+                    if attempt.answer is None:
+                        # Check again under the lock: another worker may have
+                        # stored the file between our cache miss and our SET NX.
+                        cached = await self._cached(hostkey)
+                        if cached is not None:
+                            stats.inc_value("robotstxt/cache_hit")
+                            return cached
+                        attempt.answer = await self._fetch(hostkey)
+                    return await self.record(hostkey, *attempt.answer)
                 finally:
-                    await self.fetch_lock.release(lock_key, token)
-            # Another worker is fetching: poll the cache, gently.
+                    await self._release(lock_key, attempt.token)
+            # Another worker is fetching (our own lock, taken before a Redis
+            # error, lapsed meanwhile: its answer will do): poll the cache.
+            attempt.answer = None
             stats.inc_value("robotstxt/fetch_waits")
             await asyncio.sleep(poll)
             poll = min(poll * 2, 1.0)
 
-    async def _fetch(self, hostkey: str) -> RobotsEntry:
+    async def _release(self, lock_key: str, token: str) -> None:
+        """Release the fetch lock if Redis answers; otherwise it lapses by
+        itself, and a retry with ``token`` takes it back meanwhile."""
+        try:
+            await self.fetch_lock.release(lock_key, token)
+        except TRANSIENT_REDIS_ERRORS as exc:
+            logger.debug("robots.txt lock %s not released: %s", lock_key, exc)
+
+    async def _fetch(self, hostkey: str) -> tuple[int, bytes]:
         stats = self.crawler.stats
         engine = self.crawler.engine
         assert stats is not None and engine is not None
@@ -426,7 +452,7 @@ class SharedRobotsTxtMiddleware:
             stats.inc_value(f"robotstxt/exception_count/{type(exc).__name__}")
             dns = isinstance(exc, DNS_ERRORS)
             status, body = (UNRESOLVABLE if dns else UNREACHABLE), b""
-        return await self.record(hostkey, status, body)
+        return status, body
 
     async def record(self, hostkey: str, status: int, body: bytes) -> RobotsEntry:
         """What the fetching worker does with the answer to a robots.txt
