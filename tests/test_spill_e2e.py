@@ -180,9 +180,12 @@ def test_sigkilled_workers_lose_nothing_while_spilling(
             time.sleep(rng.uniform(2.0, 4.0))
             spilled = spilling(120 if n == 0 else 30)
             victim = rng.randrange(len(procs))
-            held_at_kill.append(in_flight(redis_url, procs[victim].pid, partitions))
             spilled_at_kill.append(spilled)
+            pid = procs[victim].pid
             stop(procs[victim])
+            # Read once it is dead (frozen in Redis until recovered, seconds
+            # later), not before the kill: a batch leased meanwhile counts.
+            held_at_kill.append(in_flight(redis_url, pid, partitions))
             procs[victim] = start_worker(
                 worker_settings, tmp_path / "logs" / f"restarted-{n}.log"
             )
