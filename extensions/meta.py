@@ -20,7 +20,8 @@ POLITENESS_LOCK = "politeness_lock"
 #: be fetched now (bounded by ``POLITENESS_MAX_DEFERRALS``).
 POLITENESS_DEFERRALS = "politeness_deferrals"
 
-#: Why a request was last sent back: ``parked``, ``spaced`` or ``robots``.
+#: Why a request was last sent back: ``parked``, ``spaced``, ``robots`` or
+#: ``robots_pending`` (:class:`extensions.downloadermiddlewares.Deferral`).
 POLITENESS_DEFERRED = "politeness_deferred"
 
 #: True: never defer this request to the scheduler; fail it with

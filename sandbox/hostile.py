@@ -69,6 +69,12 @@ unparseable    ``UNPARSEABLE_PATHS``: ``/unparseable/gzip.html`` (``Content-Enco
                takes): a response nobody can decode, the same every time
 etag           every page gets ``ETag``/``Last-Modified``; ``If-None-Match`` /
                ``If-Modified-Since`` get a 304 (see ``Site.page_response``)
+slowrobots     the trap host's ``/robots.txt`` answers after
+               ``SLOW_ROBOTS_SECONDS`` (a robots.txt fetch that takes long)
+deadhosts      every regular page of every host links ``DEAD_LINKS_PER_PAGE``
+               pages of hosts drawn from ``DEAD_HOSTS`` names under
+               ``dnstimeout.sandbox.test``, whose names fail to resolve after
+               ``sandbox.resolver.DNS_TIMEOUT_SECONDS`` (:func:`dead_links`)
 =============  =================================================================
 
 The module reads no settings.
@@ -132,6 +138,12 @@ HOST_DOWN_LINKS = 40
 DNS_DOWN_HOST = "dead.nxdomain.sandbox.test:1"
 DNS_DOWN_LINKS = 40
 OFFSITE_URL = "http://elsewhere.example/"
+# The slowrobots feature: seconds the trap host's robots.txt takes.
+SLOW_ROBOTS_SECONDS = 10.0
+# The deadhosts feature: the pool of dead host names, and links per page.
+DEAD_HOSTS = 300
+DEAD_LINKS_PER_PAGE = 3
+DEAD_HOST = "dead-{n:03d}.dnstimeout.sandbox.test"
 # The ssrf feature's targets (":{port}" filled in by the server's port).
 PRIVATE_LINK = "http://internal.private.sandbox.test:{port}/"
 PRIVATE_REDIRECT = "http://metadata.private.sandbox.test:{port}/latest/meta-data/"
@@ -257,6 +269,8 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
     "dnsdown": ("/dnsdown/links.html",),
     "duplicates": DUPLICATE_EXACT + DUPLICATE_NEAR,
     "etag": (),
+    "slowrobots": (),
+    "deadhosts": (),
     "content": (*HOSTILE_LABELS, "/content/files.html"),
     "manylinks": ("/many/links.html",),
     "failures": (
@@ -320,6 +334,24 @@ def feature_paths(features: Iterable[str]) -> list[str]:
     features = sorted(features)
     return entry_paths(features) + [
         p for f in features for p in FOLLOWED_PATHS.get(f, ())
+    ]
+
+
+def dead_links(spec_seed: int, i: int, k: int, port: int) -> list[str]:
+    """The deadhosts feature's links of regular page ``k`` of host ``i``:
+    ``DEAD_LINKS_PER_PAGE`` pages of hosts drawn from the ``DEAD_HOSTS`` dead
+    names, the same for the same seed.
+
+    >>> dead_links(0, 0, 1, 8080)  # doctest: +ELLIPSIS
+    ['http://dead-...dnstimeout.sandbox.test:8080/p/...html', ...]
+    >>> len(dead_links(0, 0, 1, 8080)) == DEAD_LINKS_PER_PAGE
+    True
+    """
+    rng = random.Random(stable_hash(spec_seed, "dead", i, k))
+    return [
+        f"http://{DEAD_HOST.format(n=rng.randrange(DEAD_HOSTS))}:{port}"
+        f"/p/{rng.randrange(10)}.html"
+        for _ in range(DEAD_LINKS_PER_PAGE)
     ]
 
 

@@ -2,6 +2,9 @@
 
 Names under ``nxdomain.sandbox.test`` do not resolve (an immediate
 ``DNSLookupError``): the sandbox's dead links, as on the internet. Names
+under ``dnstimeout.sandbox.test`` do not resolve either, but only after
+:data:`DNS_TIMEOUT_SECONDS`, as a name whose servers do not answer fails on
+the internet. Names
 under ``private.sandbox.test`` resolve to 127.0.0.2: a name in the crawl's
 scope that points at the operator's own network, which the SSRF guard must
 refuse after resolution (nothing of the sandbox listens there, so a guard
@@ -21,12 +24,12 @@ the downloader maps slot keys through that cache when
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from scrapy.resolver import CachingThreadedResolver
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.internet.error import DNSLookupError
-from twisted.internet.interfaces import IResolverSimple
+from twisted.internet.interfaces import IReactorTime, IResolverSimple
 from zope.interface import implementer
 
 if TYPE_CHECKING:
@@ -37,6 +40,9 @@ if TYPE_CHECKING:
 SANDBOX_SUFFIX = ".sandbox.test"
 SANDBOX_ADDRESS = "127.0.0.1"
 UNRESOLVABLE_SUFFIX = ".nxdomain" + SANDBOX_SUFFIX
+DNS_TIMEOUT_SUFFIX = ".dnstimeout" + SANDBOX_SUFFIX
+# Seconds a name under DNS_TIMEOUT_SUFFIX takes to fail.
+DNS_TIMEOUT_SECONDS = 2.0
 PRIVATE_SUFFIX = ".private" + SANDBOX_SUFFIX
 PRIVATE_ADDRESS = "127.0.0.2"
 # The setting value that installs this resolver. The production settings name
@@ -70,6 +76,13 @@ class SandboxResolver(CachingThreadedResolver):
     def getHostByName(self, name: str, timeout: Sequence[int] = ()) -> Deferred[str]:
         if name.lower().rstrip(".").endswith(UNRESOLVABLE_SUFFIX):
             return defer.fail(DNSLookupError(f"{name}: no such name (sandbox)"))
+        if name.lower().rstrip(".").endswith(DNS_TIMEOUT_SUFFIX):
+
+            def timed_out() -> str:
+                raise DNSLookupError(f"{name}: timed out (sandbox)")
+
+            clock = cast("IReactorTime", self.reactor)
+            return task.deferLater(clock, DNS_TIMEOUT_SECONDS, timed_out)
         if name.lower().rstrip(".").endswith(PRIVATE_SUFFIX):
             return defer.succeed(PRIVATE_ADDRESS)
         if is_sandbox_name(name):

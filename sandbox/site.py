@@ -28,6 +28,7 @@ The module reads no settings.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import itertools
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator, Mapping
+    from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 
 DOMAIN = "sandbox.test"
 SHAPES = ("uniform", "skewed")
@@ -65,6 +66,8 @@ FEATURES = frozenset(
         "unparseable",
         "hostdown",
         "dnsdown",
+        "slowrobots",
+        "deadhosts",
     }
 )
 # Children per page in the spanning tree that makes every page reachable.
@@ -723,7 +726,12 @@ class Site:
         # text (not its links: the link graph stays put) anew per version.
         parts: tuple[object, ...] = (version,) if version else ()
         rng = random.Random(stable_hash(spec.seed, "page", i, path, *parts))
-        body = self.render_html(i, path, links, rng)
+        dead: list[str] = []
+        if kind == "page" and "deadhosts" in spec.features:
+            from sandbox.hostile import dead_links
+
+            dead = dead_links(spec.seed, i, n, self.port)
+        body = self.render_html(i, path, links, rng, extra_hrefs=dead)
         if not self.etag:  # validators cost a hash and a date: only when served
             return Page(body, "", "")
         return make_page(body, mtime or spec.last_modified(i, path))
@@ -735,8 +743,10 @@ class Site:
         links: list[tuple[int, str]],
         rng: random.Random,
         size: int | None = None,
+        extra_hrefs: Sequence[str] = (),
     ) -> bytes:
-        """A realistic page: head, nav, paragraphs, related links, footer."""
+        """A realistic page: head, nav, paragraphs, related links, footer;
+        ``extra_hrefs`` (absolute URLs) join the related links."""
         host = host_name(i)
         rand = rng.random
         title = self.words(rng, 2 + int(rand() * 5)).title()
@@ -749,6 +759,7 @@ class Site:
         nav, rest = anchors[:5], anchors[5:]
         inline = rest[: len(rest) // 3]
         related = rest[len(rest) // 3 :]
+        related += [f'<a href="{u}">elsewhere</a>' for u in extra_hrefs]
         head = (
             '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f"<title>{title} | {host}</title>\n"
@@ -804,10 +815,9 @@ class Site:
         if req.method not in ("GET", "HEAD"):
             return Response(405, b"", [("Allow", "GET, HEAD")])
         if req.path == "/robots.txt":
-            robots = self._robots[i]
-            if robots is None:
-                return Response(404, NOT_FOUND, [("Content-Type", HTML)])
-            return Response(200, robots, [("Content-Type", "text/plain")])
+            if "slowrobots" in self.spec.features and i == self.spec.trap_host:
+                return self._slow_robots(i)
+            return self._robots_response(i)
         parsed = self.spec.parse_path(i, req.path)
         if parsed is not None:
             if self.changes is not None and parsed[0] == "page":
@@ -821,6 +831,18 @@ class Site:
             if answer is not None:
                 return answer
         return Response(404, NOT_FOUND, [("Content-Type", HTML)])
+
+    def _robots_response(self, i: int) -> Response:
+        robots = self._robots[i]
+        if robots is None:
+            return Response(404, NOT_FOUND, [("Content-Type", HTML)])
+        return Response(200, robots, [("Content-Type", "text/plain")])
+
+    async def _slow_robots(self, i: int) -> Response:
+        from sandbox.hostile import SLOW_ROBOTS_SECONDS
+
+        await asyncio.sleep(SLOW_ROBOTS_SECONDS)
+        return self._robots_response(i)
 
     def page_response(
         self, page: Page, req: Request, content_type: str = HTML

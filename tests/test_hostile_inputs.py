@@ -342,8 +342,13 @@ def test_scheduler_quarantines_a_poisoned_queue_entry(redis_url: str) -> None:
         ]
         assert records[0]["key"] == f.keys.lease_data
         assert crawler.stats.get_value("scheduler/poison") == 1
-        # Its lease ended: only the good request's lease is out.
-        await asyncio.sleep(0.3)
+        # Its lease ends (acknowledged by the next push): then only the good
+        # request's lease is out. Waited for, not slept on: under load the
+        # push came after a fixed 0.3 s.
+        for _ in range(200):
+            if await f.client.zcard(f.keys.leases) == 1:
+                break
+            await asyncio.sleep(0.05)
         assert await f.client.zcard(f.keys.leases) == 1
         await s.close_async("finished")
 

@@ -206,7 +206,7 @@ ONE_HOME = {
     "await client.time()": SCRIPTS,  # the Redis clock (Python)
     # reading the host record
     "'HMGET', hkey, unpack(RECORD_FIELDS)": "extensions/core/frontier/lua.py",
-    "nx=True, px=": "extensions/connection/locks.py",  # the token lock
+    "'NX', 'PX'": "extensions/connection/locks.py",  # taking a token lock
     "== ARGV[1] then": "extensions/connection/locks.py",  # compare-on-token scripts
 }
 

@@ -76,6 +76,27 @@ def test_release_and_extend_only_by_owner(
     asyncio.run(main())
 
 
+def test_a_retry_gets_its_own_lock_back(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """An acquire whose reply was lost (Redis restarted from its AOF, a
+    dropped connection) is retried with the same token: it is the holder,
+    not one more waiter behind its own lock for spacing + hold."""
+
+    async def main() -> None:
+        client, lock = await _lock(redis_url)
+        key = keys.host_lock("web", HOST)
+        assert (await lock.acquire(HOST, HOST, "mine", 1_000, 30_000))[0] == ACQUIRED
+        assert (await lock.acquire(HOST, HOST, "other", 1_000))[0] == HELD
+        code, ms, _ = await lock.acquire(HOST, HOST, "mine", 1_000, 30_000)
+        assert (code, ms) == (ACQUIRED, 1_000)
+        assert redis_client.get(key) == b"mine"
+        assert 29_000 < redis_client.pttl(key) <= 31_000
+        await client.aclose()
+
+    asyncio.run(main())
+
+
 def test_spacing_comes_from_the_host_record(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
@@ -141,8 +162,8 @@ def test_concurrent_acquirers_never_start_within_the_delay(redis_url: str) -> No
     async def worker(client: aredis.Redis, n: int) -> None:
         nonlocal lost
         lock = HostLock(client, "web", 1_800_000)
-        token = f"w{n}"
-        for _ in range(3):
+        for i in range(3):
+            token = f"w{n}-{i}"  # one token per hold, as the middleware draws
             while True:
                 code, ms, _ = await lock.acquire(HOST, HOST, token, delay)
                 if code == ACQUIRED:

@@ -11,7 +11,7 @@ import sys
 import time
 import zlib
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
 import brotli
@@ -648,3 +648,50 @@ def test_change_profile_reaches_the_site_from_the_command_line() -> None:
     assert max(changing) / min(changing) > 100  # orders of magnitude apart
     with pytest.raises(ValueError, match="change profile"):
         Site(SiteSpec(change_period=1.0, change_profile="nope"), PORT)
+
+
+def test_slow_robots_txt(web: SandboxProcess) -> None:
+    from sandbox.hostile import SLOW_ROBOTS_SECONDS
+
+    start = time.monotonic()
+    status, _, body = trap(web, "/robots.txt")
+    # Held by the server: the client cannot see it sooner (later is allowed).
+    assert time.monotonic() - start >= SLOW_ROBOTS_SECONDS - 0.01
+    assert status == 200 and b"Disallow: /private/" in body
+    assert fetch(web.port, host_name(0), "/robots.txt")[0] == 200  # only the trap
+
+
+def test_dead_hosts_are_linked_from_every_page() -> None:
+    from sandbox.hostile import DEAD_LINKS_PER_PAGE, dead_links
+    from sandbox.resolver import DNS_TIMEOUT_SUFFIX
+
+    site = Site(ALL, PORT)
+    for i, k in [(0, 0), (3, 5), (11, 19)]:
+        url = ALL.url(i, ALL.page_path(i, k), PORT)
+        links = dead_links(ALL.seed, i, k, PORT)
+        assert len(links) == DEAD_LINKS_PER_PAGE
+        names = {urlsplit(u).hostname or "" for u in links}
+        assert all(name.endswith(DNS_TIMEOUT_SUFFIX) for name in names)
+        assert set(links) <= set(hrefs(url, get(site, url)[1]))
+        assert not set(links) & set(hrefs(url, get(Site(PLAIN, PORT), url)[1]))
+    # Not part of what a crawl can fetch from the sandbox.
+    assert not any("dnstimeout" in u for u in ALL.reachable_urls(PORT))
+
+
+def test_dnstimeout_names_fail_after_a_while() -> None:
+    from scrapy.utils.test import get_crawler
+    from twisted.internet.error import DNSLookupError
+    from twisted.internet.task import Clock
+
+    from sandbox.resolver import DNS_TIMEOUT_SECONDS, SandboxResolver
+
+    clock = Clock()
+    resolver = SandboxResolver.from_crawler(get_crawler(), clock)
+    failures: list[Any] = []
+    resolver.getHostByName("dead-001.dnstimeout.sandbox.test").addErrback(
+        failures.append
+    )
+    clock.advance(DNS_TIMEOUT_SECONDS - 0.1)
+    assert failures == []
+    clock.advance(0.2)
+    assert len(failures) == 1 and failures[0].check(DNSLookupError)

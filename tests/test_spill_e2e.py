@@ -163,14 +163,29 @@ def test_sigkilled_workers_lose_nothing_while_spilling(
     held_at_kill: list[int] = []
     spilled_at_kill: list[int] = []
 
+    def spilling(timeout: float) -> int:
+        """Requests in the spill store, once there are any (0 after
+        ``timeout``): a kill waits for the state, not for a moment, which
+        under load may come before the workers have even started."""
+        deadline = time.monotonic() + timeout
+        while True:
+            spilled = sum(spilled_by_host(tmp_path).values())
+            if spilled or time.monotonic() > deadline:
+                return spilled
+            time.sleep(0.05)
+
     def chaos(procs: list[Any], _web: SandboxProcess) -> None:
         rng = random.Random(3)
         for n in range(3):
             time.sleep(rng.uniform(2.0, 4.0))
+            spilled = spilling(120 if n == 0 else 30)
             victim = rng.randrange(len(procs))
-            held_at_kill.append(in_flight(redis_url, procs[victim].pid, partitions))
-            spilled_at_kill.append(sum(spilled_by_host(tmp_path).values()))
+            spilled_at_kill.append(spilled)
+            pid = procs[victim].pid
             stop(procs[victim])
+            # Read once it is dead (frozen in Redis until recovered, seconds
+            # later), not before the kill: a batch leased meanwhile counts.
+            held_at_kill.append(in_flight(redis_url, pid, partitions))
             procs[victim] = start_worker(
                 worker_settings, tmp_path / "logs" / f"restarted-{n}.log"
             )

@@ -1,8 +1,9 @@
 """The token lock every fleet-wide lock of a crawl uses.
 
-A lock is a random token set with ``SET NX PX``; only its owner releases or
-extends it, by a compare-on-token script (as redis-py's ``redis/lock.py``
-does), so a holder whose lock expired never deletes the next holder's.
+A lock is a random token set with ``SET NX PX``; only its owner takes it
+again (a retry whose first reply was lost), releases or extends it, by a
+compare-on-token script (as redis-py's ``redis/lock.py`` does), so a holder
+whose lock expired never deletes the next holder's.
 Used by the per-host download lock (:mod:`extensions.downloadermiddlewares.politeness`,
 whose
 acquire script also reads the host record) and the robots.txt fetch lock
@@ -20,6 +21,38 @@ from extensions.connection.scripts import script
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
+
+# Taking a token lock, in Lua, for every script that takes one (the acquire
+# script below, the host lock's of extensions.downloadermiddlewares.politeness):
+# take(key, token,
+# ttl_ms) sets `key` to `token` for `ttl_ms` if nobody holds it, or resets
+# its TTL if `token` already does: a holder that retries after losing the
+# reply (a Redis error, a restart from the AOF) gets its own lock back
+# instead of waiting for it to expire. True if `token` holds the lock.
+LUA_TAKE = """
+local function take(key, token, ttl_ms)
+  if redis.call('SET', key, token, 'NX', 'PX', ttl_ms) then
+    return true
+  end
+  if redis.call('GET', key) == token then
+    redis.call('PEXPIRE', key, ttl_ms)
+    return true
+  end
+  return false
+end
+"""
+
+# KEYS[1] the lock key. ARGV[1] token, ARGV[2] TTL ms.
+# take() above. Returns 1 if ARGV[1] holds the lock, else 0.
+ACQUIRE_SCRIPT = (
+    LUA_TAKE
+    + """
+if take(KEYS[1], ARGV[1], ARGV[2]) then
+  return 1
+end
+return 0
+"""
+)
 
 # KEYS[1] the lock key. ARGV[1] token.
 # Deletes the lock only while it holds ARGV[1]. Returns 1 if deleted, else 0.
@@ -52,8 +85,12 @@ class TokenLock:
         self.client = client
 
     async def acquire(self, key: str, token: str, ttl_ms: int) -> bool:
-        """Take the lock for ``ttl_ms`` if nobody holds it."""
-        return bool(await self.client.set(key, token, nx=True, px=int(ttl_ms)))
+        """Take the lock for ``ttl_ms`` if nobody holds it, or keep it for
+        ``ttl_ms`` from now if ``token`` already does (a retry)."""
+        res = await script(self.client, ACQUIRE_SCRIPT)(
+            keys=[key], args=[token, int(ttl_ms)]
+        )
+        return bool(res)
 
     async def release(self, key: str, token: str) -> bool:
         """Delete the lock if ``token`` still holds it."""

@@ -50,7 +50,8 @@ ends its parent's lease with a dead letter (``offsite_redirect``).
 
 A crawl is idle when no work is due: no host may be fetched from now, no
 retry is due, no lease is out anywhere in the fleet, and the local queues are
-empty. Parked hosts and retries due later do not keep a finite crawl
+empty, as Redis last answered: while Redis does not answer, nothing is
+idle. Parked hosts and retries due later do not keep a finite crawl
 (``MAX_IDLE_TIME_BEFORE_CLOSE``) open: they stay in Redis for the next run,
 and the closing log line and the ``frontier/waiting_*`` stats say how many.
 A worker silent for three heartbeats is dead: its leases go back at once.
@@ -366,8 +367,11 @@ class RedisScheduler(BaseScheduler):
 
     def has_pending_requests(self) -> bool:
         # A paused fleet is not finished: never close for idleness meanwhile.
+        # Nor while Redis is away: idle means Redis said nothing is due, not
+        # that it did not answer (the figures below are from before it left).
         return bool(
             self.paused
+            or self._redis_down_since is not None
             or self._buffer
             or self._outbox
             or self._acks
@@ -518,17 +522,17 @@ class RedisScheduler(BaseScheduler):
             try:
                 pending = self.has_pending_requests()
                 await self._step()
-                if pending and not self.has_pending_requests():
-                    # The last ack went out, or the fleet's last lease ended:
-                    # let the engine see the idle spider now, not at its
-                    # next 5 s heartbeat (the idle time runs from here).
-                    self._wake_engine()
                 if self._redis_down_since is not None:
                     logger.warning(
                         "Redis is reachable again after %.1fs",
                         time.monotonic() - self._redis_down_since,
                     )
                     self._redis_down_since = None
+                if pending and not self.has_pending_requests():
+                    # The last ack went out, or the fleet's last lease ended:
+                    # let the engine see the idle spider now, not at its
+                    # next 5 s heartbeat (the idle time runs from here).
+                    self._wake_engine()
             except FATAL_REDIS_ERRORS as exc:
                 # Waiting does not fix a wrong password: stop, in one line.
                 logger.critical("Redis refused this worker (%s): closing", exc)
@@ -824,12 +828,14 @@ class RedisScheduler(BaseScheduler):
             if batch.paused:
                 # Finish the downloads under way; hand back what has not
                 # started, so it waits in its host's queue, not in this worker.
-                # (A Redis error here leaves all as it was: the next round
-                # tries again.)
+                # Out of the buffer before the await: the engine takes
+                # requests from it meanwhile, and one it started must not be
+                # handed back too (fetched twice). A Redis error leaves these
+                # leases to expire: queued again, late, never fetched twice.
                 unstarted = [lease for lease, _ in self._buffer]
+                self._buffer.clear()
                 if unstarted:
                     await self.frontier.release(unstarted)
-                self._buffer.clear()
                 logger.info(
                     "Fleet paused: leasing nothing, finishing %s requests under "
                     "way, %s unstarted handed back",

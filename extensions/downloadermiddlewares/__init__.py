@@ -50,18 +50,24 @@ class Deferral(StrEnum):
     SPACED = "spaced"
     #: The host's robots.txt is unreachable for now.
     ROBOTS = "robots"
+    #: The host's robots.txt is still being fetched (here or by another
+    #: worker) after ``ROBOTS_WAIT_MAX``.
+    ROBOTS_PENDING = "robots_pending"
 
 
-def deferred_copy(request: Request, reason: Deferral) -> Request:
+def deferred_copy(
+    request: Request, reason: Deferral, *, counted: bool = True
+) -> Request:
     """A copy of ``request`` to hand back to the scheduler when its host may
     not be fetched now: the frontier queues it under its parked host, so it is
     kept, not dropped. ``dont_filter`` stops the dupefilter from discarding
     it; :data:`extensions.meta.POLITENESS_DEFERRALS` counts how often it came
-    back.
+    back (unless not ``counted``: a wait that does not use up the bound of
+    ``POLITENESS_MAX_DEFERRALS``).
     """
     copied = dict(request.meta)
     deferrals = int(copied.get(meta.POLITENESS_DEFERRALS, 0))
-    copied[meta.POLITENESS_DEFERRALS] = deferrals + 1
+    copied[meta.POLITENESS_DEFERRALS] = deferrals + int(counted)
     copied[meta.POLITENESS_DEFERRED] = reason
     copied.pop(meta.POLITENESS_LOCK, None)
     return request.replace(dont_filter=True, meta=copied)

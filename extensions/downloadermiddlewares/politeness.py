@@ -3,6 +3,8 @@
 Settings read: ``DOWNLOAD_DELAY`` (Scrapy's, enforced across every worker),
 ``POLITENESS_ENABLED``, ``POLITENESS_KEY``, ``POLITENESS_MAX_WAIT``,
 ``POLITENESS_MAX_DEFERRALS``, ``BACKOFF_QUIET_PERIOD``,
+``FRONTIER_HEARTBEAT_INTERVAL`` (how long a lock outlives a worker killed
+mid-download), ``DOWNLOAD_TIMEOUT``,
 ``FRONTIER_PARTITIONS`` (the lock lives in its host's partition), and through
 :mod:`extensions.connection` ``REDIS_URL``; the key prefix
 is the spider's name.
@@ -11,6 +13,7 @@ is the spider's name.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 from enum import IntEnum
@@ -23,7 +26,7 @@ from scrapy.resolver import dnscache
 
 from extensions import keys, meta
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client, retry_redis
-from extensions.connection.locks import TokenLock, new_token
+from extensions.connection.locks import LUA_TAKE, TokenLock, new_token
 from extensions.connection.scripts import script
 from extensions.core.frontier.lua import LUA_RECORD
 from extensions.downloadermiddlewares import Deferral, deferred_copy
@@ -48,15 +51,18 @@ KEY_MODES = ("host", "domain", "ip")
 
 # KEYS[1] the lock key, KEYS[2] the host record (same hash tag).
 # ARGV[1] token, ARGV[2] default delay ms (DOWNLOAD_DELAY), ARGV[3] back-off
-# quiet period ms, ARGV[4] hold ms (how long the fetch may take: the lock is
-# set for spacing + hold, and cut to the spacing when the fetch completes).
+# quiet period ms, ARGV[4] hold ms (the lock is set for spacing + hold,
+# renewed as long by its holder while the fetch runs, and cut to the spacing
+# when the fetch completes).
 # Returns {code, ms, fails} (code: a LockState): ACQUIRED (the lock is set NX
-# PX, ms = the host's effective spacing; ms 0 = no spacing, nothing set),
+# PX, or already held by ARGV[1] and set again, ms = the host's effective
+# spacing; ms 0 = no spacing, nothing set),
 # HELD by another token (ms = its PTTL, or one spacing while the holder is
 # still fetching), PARKED (ms until the park ends);
 # fails = the record's consecutive connection failures.
 ACQUIRE_SCRIPT = (
     LUA_RECORD
+    + LUA_TAKE
     + """
 local now = now_ms()
 local rec = host_record(KEYS[2])
@@ -67,7 +73,8 @@ local delay = math.floor(spacing(rec, tonumber(ARGV[2]), now, tonumber(ARGV[3]))
 if delay <= 0 then
   return {0, 0, rec.fails}
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', delay + tonumber(ARGV[4])) then
+-- Taken NX, or already ours (a retry whose reply was lost): not HELD.
+if take(KEYS[1], ARGV[1], delay + tonumber(ARGV[4])) then
   return {0, delay, rec.fails}
 end
 local ttl = redis.call('PTTL', KEYS[1])
@@ -106,8 +113,10 @@ class HostLock:
     script that reads the host record, released or extended only by its owner.
 
     The lock is never released after a download: its TTL *is* the spacing.
-    It is held through the fetch (spacing + the download timeout) and cut to
-    the spacing when the response headers (or an error) arrive, so the next
+    It is held through the fetch (spacing + one heartbeat, renewed while the
+    download runs, so a worker killed mid-download holds the host for at most
+    a heartbeat) and cut to the spacing when the response headers (or an
+    error) arrive, so the next
     request, on any worker, starts at least one delay after the server
     answered this one. Spacing
     measured from the start of a fetch is not enough on a loaded machine: a
@@ -219,8 +228,10 @@ class PolitenessMiddleware:
         self.max_deferrals = settings.getint("POLITENESS_MAX_DEFERRALS")
         self.quiet_ms = round(settings.getfloat("BACKOFF_QUIET_PERIOD") * 1000)
         # The lock outlives a fetch that never reports back (a worker killed
-        # mid-download) by at most this long.
-        self.hold_ms = round(settings.getfloat("DOWNLOAD_TIMEOUT", 180) * 1000)
+        # mid-download) by at most this long: one heartbeat, renewed while
+        # the download runs (up to DOWNLOAD_TIMEOUT).
+        self.hold_ms = round(settings.getfloat("FRONTIER_HEARTBEAT_INTERVAL") * 1000)
+        self.download_timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180)
         self._lock: HostLock | None = None
         self._local: dict[str, asyncio.Lock] = {}
         self._freed: asyncio.Event | None = None
@@ -231,7 +242,10 @@ class PolitenessMiddleware:
         )
         crawler.signals.connect(self._left_downloader, signals.request_left_downloader)
         crawler.signals.connect(self._headers_received, signals.headers_received)
+        crawler.signals.connect(self._closed, signals.spider_closed)
         self._tasks: set[asyncio.Task[None]] = set()
+        # Token -> the task renewing that lock while its download runs.
+        self._renewers: dict[str, asyncio.Task[None]] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -340,6 +354,10 @@ class PolitenessMiddleware:
             "spacing_ms": ms,
             "fails": fails,
         }
+        if ms:
+            self._renewers[token] = asyncio.ensure_future(
+                self._renew(lock_id, token, ms + self.hold_ms)
+            )
         return None
 
     async def process_response(self, request: Request, response: Any) -> Any:
@@ -365,11 +383,58 @@ class PolitenessMiddleware:
         if not held or not held.get("spacing_ms") or held.get("released"):
             return
         held["released"] = True
+        renewer = self._renewers.pop(held["token"], None)
+        if renewer is not None:
+            # Ended before the lock is cut: a renewal after the cut would
+            # hold the host a heartbeat longer.
+            renewer.cancel()
+            await asyncio.wait({renewer})
         try:
             await self.lock.extend(held["id"], held["token"], held["spacing_ms"])
         except TRANSIENT_REDIS_ERRORS as exc:
-            # Redis down: the lock simply expires after its full hold.
+            # Redis away: shorten it once Redis is back, or the host would
+            # wait out the rest of its hold after the outage.
             logger.debug("Could not shorten the lock of %s: %s", held["id"], exc)
+            task = asyncio.ensure_future(self._shorten_later(held))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _closed(self) -> None:
+        # A lock still to be shortened or renewed lapses by itself.
+        for task in [*self._tasks, *self._renewers.values()]:
+            task.cancel()
+
+    async def _renew(self, lock_id: str, token: str, ttl_ms: int) -> None:
+        """Keep a lock for ``ttl_ms`` (spacing + one heartbeat) from now, every
+        third of a heartbeat, while its download runs: a worker killed
+        mid-download holds the host for at most a heartbeat. Ends when the
+        fetch is over (:meth:`_fetched`), or after ``DOWNLOAD_TIMEOUT``."""
+        deadline = monotonic() + self.download_timeout
+        try:
+            while monotonic() < deadline:
+                await asyncio.sleep(self.hold_ms / 3000)
+                try:
+                    if not await self.lock.extend(lock_id, token, ttl_ms):
+                        return  # lapsed (a stalled loop, an outage)
+                except TRANSIENT_REDIS_ERRORS as exc:
+                    logger.debug("Could not renew the lock of %s: %s", lock_id, exc)
+        finally:
+            if self._renewers.get(token) is asyncio.current_task():
+                del self._renewers[token]
+
+    async def _shorten_later(self, held: dict[str, Any]) -> None:
+        """Shorten a lock to one spacing from when Redis answers again; give
+        up when its hold would have run out anyway."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                retry_redis(
+                    lambda: self.lock.extend(
+                        held["id"], held["token"], held["spacing_ms"]
+                    ),
+                    "the host lock",
+                ),
+                self.hold_ms / 1000,
+            )
 
     # -- the local download slot --------------------------------------------
 

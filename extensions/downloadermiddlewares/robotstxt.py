@@ -5,7 +5,8 @@ middleware is on: it replaces Scrapy's), ``ROBOTSTXT_PARSER``,
 ``ROBOTSTXT_USER_AGENT``, ``USER_AGENT``, ``DOWNLOAD_DELAY``, ``ROBOTS_TTL``,
 ``ROBOTS_MAX_SIZE``, ``ROBOTS_MAX_REDIRECTS``, ``ROBOTS_FETCH_TIMEOUT``,
 ``ROBOTS_RETRY_INITIAL``, ``ROBOTS_RETRY_MAX``, ``ROBOTS_CRAWL_DELAY_MAX``,
-``ROBOTS_SITEMAP_SEEDS``, ``ROBOTS_DOWN_AFTER``, ``SCHEDULER``,
+``ROBOTS_SITEMAP_SEEDS``, ``ROBOTS_DOWN_AFTER``, ``ROBOTS_WAIT_MAX``,
+``FRONTIER_HEARTBEAT_INTERVAL`` (the life of the fetch lock), ``SCHEDULER``,
 ``POLITENESS_MAX_DEFERRALS`` (only without the Redis frontier, see below),
 ``FRONTIER_PARTITIONS`` (where a host's record lives), and through
 :mod:`extensions.connection` ``REDIS_URL``.
@@ -41,13 +42,14 @@ from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from extensions import keys, meta
-from extensions.connection import async_client, retry_redis
+from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client, retry_redis
 from extensions.connection.locks import TokenLock, new_token
 from extensions.connection.scripts import LUA_NOW_MS, script, server_now_ms
 from extensions.core.frontier.hostrecord import HostRecords
 from extensions.core.seeds import push_seeds
 from extensions.downloadermiddlewares import Deferral, deferred_copy
 from extensions.downloadermiddlewares.politeness import HostParked
+from extensions.meta import DELAY_META
 from extensions.settings import config, defaults
 from extensions.utils.failures import (
     DNS_ERRORS,
@@ -130,6 +132,15 @@ def classify(status: int) -> Verdict:
 
 
 @dataclass(slots=True)
+class _Attempt:
+    """One worker's load of a host's robots.txt, across Redis errors: the
+    fetch lock's token and, once fetched, the answer (status, body)."""
+
+    token: str
+    answer: tuple[int, bytes] | None = None
+
+
+@dataclass(slots=True)
 class RobotsEntry:
     """A parsed robots.txt of one host, valid until ``expires`` (monotonic)."""
 
@@ -173,8 +184,15 @@ class SharedRobotsTxtMiddleware:
     Keys: ``web:robots:<host>`` (HASH: ``status``, raw ``body``,
     ``fetched_at``, ``expires``, ``failures``) and ``web:robots:fetch:<host>``
     (a token lock of :mod:`extensions.connection.locks`, so one worker fetches while the
-    others poll the cache). Each worker keeps parsed entries in memory until the entry's
-    expiry; a parser object never goes to Redis.
+    others poll the cache). The lock lives one ``FRONTIER_HEARTBEAT_INTERVAL``
+    and its worker renews it every third of that while it fetches and
+    records the file: a worker killed mid-fetch holds the host for at most a
+    heartbeat. Each worker loads a host's entry once (a task its requests
+    share) and keeps parsed entries in memory until the entry's expiry; a
+    parser object never goes to Redis. With the Redis frontier, a request
+    whose host's load has taken ``ROBOTS_WAIT_MAX`` goes back to the frontier
+    for as long (``robotstxt/deferred_pending``) rather than hold a fetch slot
+    while the file is fetched, here or by another worker.
 
     Per RFC 9309: 2xx is parsed (the first ``ROBOTS_MAX_SIZE`` bytes);
     redirects are followed up to ``ROBOTS_MAX_REDIRECTS`` (by Scrapy's
@@ -226,16 +244,22 @@ class SharedRobotsTxtMiddleware:
         self.sitemap_seeds = s.getbool("ROBOTS_SITEMAP_SEEDS")
         self.max_deferrals = s.getint("POLITENESS_MAX_DEFERRALS")
         self.down_after = s.getint("ROBOTS_DOWN_AFTER")
+        self.wait_max = s.getfloat("ROBOTS_WAIT_MAX")
+        # The fetch lock lives one heartbeat unless its holder renews it: a
+        # worker that dies holding it (SIGKILL) stalls the host that long.
+        self.lock_ms = round(s.getfloat("FRONTIER_HEARTBEAT_INTERVAL") * 1000)
         # The Redis frontier parks the host: a deferred request waits there
         # (a scheduler says so with its ``parks_hosts`` class attribute).
         self.parks = bool(getattr(load_object(s["SCHEDULER"]), "parks_hosts", False))
         self.download_delay = s.getfloat("DOWNLOAD_DELAY")
         self._parserimpl = load_object(s.get("ROBOTSTXT_PARSER"))
         self._entries: dict[str, RobotsEntry] = {}
-        self._pending: dict[str, asyncio.Future[RobotsEntry]] = {}
+        self._loads: dict[str, asyncio.Task[RobotsEntry]] = {}
+        self._load_started: dict[str, float] = {}  # monotonic
         self._capped_logged: set[str] = set()
         self._client: aredis.Redis | None = None
         crawler.signals.connect(self._on_bytes, signal=signals.bytes_received)
+        crawler.signals.connect(self._closed, signal=signals.spider_closed)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -270,7 +294,14 @@ class SharedRobotsTxtMiddleware:
             return None
         stats = self.crawler.stats
         assert stats is not None
-        entry = await self.entry(host_key(request))
+        entry = await self._entry_within(host_key(request))
+        if entry is None:
+            # Still being fetched, here or by another worker: wait in Redis,
+            # not in a fetch slot that live hosts could use.
+            stats.inc_value("robotstxt/deferred_pending")
+            deferred = deferred_copy(request, Deferral.ROBOTS_PENDING, counted=False)
+            deferred.meta[DELAY_META] = round(self.wait_max * 1000)
+            return deferred
         verdict = entry.verdict
         if verdict is Verdict.ALLOW or (
             entry.parser is None and verdict is Verdict.PARSE
@@ -307,25 +338,64 @@ class SharedRobotsTxtMiddleware:
 
     async def entry(self, hostkey: str) -> RobotsEntry:
         """The host's robots.txt, from memory, Redis or one fetch."""
+        found = self._fresh(hostkey)
+        if found is not None:
+            return found
+        return await asyncio.shield(self._loading(hostkey))
+
+    async def _entry_within(self, hostkey: str) -> RobotsEntry | None:
+        """:meth:`entry`, or None if it is not known within
+        ``ROBOTS_WAIT_MAX`` (only with the Redis frontier to defer to)."""
+        found = self._fresh(hostkey)
+        if found is not None:
+            return found
+        load = self._loading(hostkey)
+        if not self.parks:
+            return await asyncio.shield(load)
+        # The bound is the load's, not each request's: once it has taken
+        # ROBOTS_WAIT_MAX, the host's next requests go back at once.
+        left = self.wait_max - (time.monotonic() - self._load_started[hostkey])
+        if left <= 0 and not load.done():
+            return None
+        # asyncio.wait neither cancels the load on a timeout nor raises.
+        done, _ = await asyncio.wait({load}, timeout=max(left, 0.0))
+        return load.result() if done else None
+
+    def _fresh(self, hostkey: str) -> RobotsEntry | None:
         found = self._entries.get(hostkey)
         if found is not None and found.expires > time.monotonic():
             return found
-        pending = self._pending.get(hostkey)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[RobotsEntry] = asyncio.get_running_loop().create_future()
-        self._pending[hostkey] = future
-        try:
-            entry = await retry_redis(lambda: self._load(hostkey), "robots.txt")
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: no "never retrieved" warning
-            raise
-        finally:
-            del self._pending[hostkey]
-        future.set_result(entry)
-        self._entries[hostkey] = entry
-        return entry
+        return None
+
+    def _loading(self, hostkey: str) -> asyncio.Task[RobotsEntry]:
+        """The load of the host's entry: one task per host and worker, which
+        goes on when the requests waiting for it give up."""
+        load = self._loads.get(hostkey)
+        if load is None:
+            load = asyncio.ensure_future(self._load_entry(hostkey))
+            self._loads[hostkey] = load
+            self._load_started[hostkey] = time.monotonic()
+            load.add_done_callback(lambda done: self._loaded(hostkey, done))
+        return load
+
+    async def _load_entry(self, hostkey: str) -> RobotsEntry:
+        # One token and one answer for every try: a try that a Redis error
+        # ends takes its own lock back and records the answer it has.
+        attempt = _Attempt(new_token())
+        return await retry_redis(lambda: self._load(hostkey, attempt), "robots.txt")
+
+    def _loaded(self, hostkey: str, load: asyncio.Task[RobotsEntry]) -> None:
+        if self._loads.get(hostkey) is load:
+            del self._loads[hostkey]
+            del self._load_started[hostkey]
+        # An error (a bug) reaches the requests that wait for the load; one
+        # that went back to the frontier meets it on its next load.
+        if not load.cancelled() and load.exception() is None:
+            self._entries[hostkey] = load.result()
+
+    def _closed(self) -> None:
+        for load in list(self._loads.values()):
+            load.cancel()
 
     async def _cached(self, hostkey: str) -> RobotsEntry | None:
         raw = await self.client.hgetall(keys.robots(self.prefix, hostkey))
@@ -354,36 +424,60 @@ class SharedRobotsTxtMiddleware:
             )
         return RobotsEntry(status, parser, time.monotonic() + ttl, ttl, failures)
 
-    async def _load(self, hostkey: str) -> RobotsEntry:
+    async def _load(self, hostkey: str, attempt: _Attempt) -> RobotsEntry:
         stats = self.crawler.stats
         assert stats is not None
         lock_key = keys.robots_fetch_lock(self.prefix, hostkey)
-        # The lock outlives one fetch with its redirects and a retry.
-        lock_ms = round(self.fetch_timeout * 1000 * (self.max_redirects + 2))
         poll = 0.05
         while True:
-            cached = await self._cached(hostkey)
-            if cached is not None:
-                stats.inc_value("robotstxt/cache_hit")
-                return cached
-            token = new_token()
-            if await self.fetch_lock.acquire(lock_key, token, lock_ms):
+            if attempt.answer is None:
+                cached = await self._cached(hostkey)
+                if cached is not None:
+                    stats.inc_value("robotstxt/cache_hit")
+                    return cached
+            if await self.fetch_lock.acquire(lock_key, attempt.token, self.lock_ms):
+                keeper = asyncio.ensure_future(self._keep(lock_key, attempt.token))
                 try:
-                    # Check again under the lock: another worker may have
-                    # stored the file between our cache miss and our SET NX.
-                    cached = await self._cached(hostkey)
-                    if cached is not None:
-                        stats.inc_value("robotstxt/cache_hit")
-                        return cached
-                    return await self._fetch(hostkey)
+                    if attempt.answer is None:
+                        # Check again under the lock: another worker may have
+                        # stored the file between our cache miss and our SET NX.
+                        cached = await self._cached(hostkey)
+                        if cached is not None:
+                            stats.inc_value("robotstxt/cache_hit")
+                            return cached
+                        attempt.answer = await self._fetch(hostkey)
+                    return await self.record(hostkey, *attempt.answer)
                 finally:
-                    await self.fetch_lock.release(lock_key, token)
-            # Another worker is fetching: poll the cache, gently.
+                    keeper.cancel()
+                    await self._release(lock_key, attempt.token)
+            # Another worker is fetching (our own lock, taken before a Redis
+            # error, lapsed meanwhile: its answer will do): poll the cache.
+            # A holder that died leaves a lock that lapses within a heartbeat.
+            attempt.answer = None
             stats.inc_value("robotstxt/fetch_waits")
             await asyncio.sleep(poll)
             poll = min(poll * 2, 1.0)
 
-    async def _fetch(self, hostkey: str) -> RobotsEntry:
+    async def _keep(self, lock_key: str, token: str) -> None:
+        """Renew the fetch lock every third of its life while this worker
+        fetches and records (a fetch may take ROBOTS_FETCH_TIMEOUT per hop)."""
+        while True:
+            await asyncio.sleep(self.lock_ms / 3000)
+            try:
+                if not await self.fetch_lock.extend(lock_key, token, self.lock_ms):
+                    return  # lapsed (a stalled loop, an outage): fetched twice
+            except TRANSIENT_REDIS_ERRORS as exc:
+                logger.debug("robots.txt lock %s not renewed: %s", lock_key, exc)
+
+    async def _release(self, lock_key: str, token: str) -> None:
+        """Release the fetch lock if Redis answers; otherwise it lapses by
+        itself, and a retry with ``token`` takes it back meanwhile."""
+        try:
+            await self.fetch_lock.release(lock_key, token)
+        except TRANSIENT_REDIS_ERRORS as exc:
+            logger.debug("robots.txt lock %s not released: %s", lock_key, exc)
+
+    async def _fetch(self, hostkey: str) -> tuple[int, bytes]:
         stats = self.crawler.stats
         engine = self.crawler.engine
         assert stats is not None and engine is not None
@@ -425,7 +519,7 @@ class SharedRobotsTxtMiddleware:
             stats.inc_value(f"robotstxt/exception_count/{type(exc).__name__}")
             dns = isinstance(exc, DNS_ERRORS)
             status, body = (UNRESOLVABLE if dns else UNREACHABLE), b""
-        return await self.record(hostkey, status, body)
+        return status, body
 
     async def record(self, hostkey: str, status: int, body: bytes) -> RobotsEntry:
         """What the fetching worker does with the answer to a robots.txt

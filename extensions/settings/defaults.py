@@ -101,6 +101,8 @@ ROBOTS_MAX_SIZE: Annotated[int, Range(500 * 1024)] = 512000
 ROBOTS_MAX_REDIRECTS: Annotated[int, Range(5, 100)] = 5
 # Seconds before a robots.txt fetch times out (then: unreachable, disallow all for now).
 ROBOTS_FETCH_TIMEOUT: Annotated[float, Range(above=0)] = 30.0
+# Seconds a request waits in a fetch slot for its host's robots.txt; longer: back to the frontier as long.
+ROBOTS_WAIT_MAX: Annotated[float, Range(above=0)] = 2.0
 # Seconds before an unreachable robots.txt is fetched again (doubles per failure).
 ROBOTS_RETRY_INITIAL: Annotated[float, Range(above=0)] = 60.0
 # Cap of the wait before an unreachable robots.txt is fetched again.
