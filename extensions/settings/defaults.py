@@ -16,13 +16,21 @@ Components used without the add-on get these defaults with
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from extensions.settings.config import Each, OneOf, Range, Spec
 
 # --- Connections --------------------------------------------------------------
-# Redis shared by the fleet; empty: the embedded redis-server under WEBCRAWL_HOME.
+# Redis shared by the fleet; empty: REDIS_HOST/PORT/DB/PARAMS if any is set, else the embedded redis-server under WEBCRAWL_HOME.
 REDIS_URL = ""
+# Redis host when REDIS_URL is empty (scrapy-redis's setting; localhost when only REDIS_PORT, REDIS_DB or REDIS_PARAMS is set).
+REDIS_HOST = ""
+# Redis port when REDIS_URL is empty (scrapy-redis's setting).
+REDIS_PORT: Annotated[int, Range(1, 65535)] = 6379
+# Redis database when REDIS_URL is empty (scrapy-redis's setting).
+REDIS_DB: Annotated[int, Range(0)] = 0
+# Client options when REDIS_URL is empty (scrapy-redis's setting): password, username, ssl, ssl_*, socket_timeout, socket_connect_timeout... (docs/migrating-from-scrapy-redis.md).
+REDIS_PARAMS: dict[str, Any] = {}
 # Directory of embedded state (embedded Redis data, SQLite page store).
 WEBCRAWL_HOME = ".webcrawl"
 # Seconds between tries while Redis is unreachable (doubles up to the cap).
