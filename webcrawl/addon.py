@@ -16,6 +16,12 @@ It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0, and
 the continuous-crawl extension (:mod:`extensions.extensions.recrawl`) when
 ``RECRAWL_ENABLED``.
 
+scrapy-redis's settings (:mod:`webcrawl.scrapyredis`): a ``SCHEDULER`` or
+``DUPEFILTER_CLASS`` of another package set above the add-on's priority, or
+scrapy-redis's ``STATS_CLASS``, stops the worker with one line saying what
+to remove (exit 2); a scrapy-redis setting webcrawl ignores is named in one
+warning each, with what replaces it.
+
 A setting given on the command line (``-s``, scrapyd's ``setting=``) that no
 one knows and whose name is close to a known one is named in one warning
 (``did you mean DOWNLOAD_DELAY?``), or stops the worker under
@@ -42,6 +48,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, NoReturn
 
 from scrapy.settings import SETTINGS_PRIORITIES, default_settings
+from scrapy.utils.misc import load_object
 
 import extensions.settings.defaults
 import pipelines.defaults
@@ -64,7 +71,7 @@ from extensions.downloadermiddlewares import (
 from extensions.settings import config
 from extensions.spidermiddlewares import SPIDER_MIDDLEWARES
 from pipelines.stores import store_class
-from webcrawl import defaults
+from webcrawl import defaults, scrapyredis
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -126,6 +133,7 @@ def known_settings(settings: BaseSettings) -> set[str]:
     ``custom_settings``, the add-on)."""
     known = {name for name in dir(default_settings) if name.isupper()}
     known |= {spec.name for module in DEFAULTS for spec in config.specs(module)}
+    known |= scrapyredis.known()
     project = os.environ.get("SCRAPY_SETTINGS_MODULE")
     if project:
         with contextlib.suppress(ImportError):
@@ -232,6 +240,13 @@ class Webcrawl:
             refuse(exc)
         if problems := guarantee_problems(settings):
             refuse(config.SettingsError("; ".join(problems)))
+        foreign = scrapyredis.refusals(
+            settings, load_object(SCHEDULER), load_object(DUPEFILTER)
+        )
+        if foreign:
+            refuse(config.SettingsError("; ".join(foreign)))
+        for line in scrapyredis.warnings(settings):
+            logger.warning("%s", line)
         check_typos(settings)
         try:
             store_class(settings)  # a class it cannot load: one line, not 45
