@@ -65,6 +65,7 @@ from extensions.connection.embedded import (
     webcrawl_home,
 )
 from extensions.core.frontier.frontier import first_partitions
+from extensions.core.seeds import meta_key_problems
 from extensions.downloadermiddlewares import (
     DOWNLOADER_MIDDLEWARES,
 )
@@ -114,6 +115,8 @@ def guarantee_problems(settings: BaseSettings) -> list[str]:
             "middleware: leave it False (ROBOTS_ENABLED=True obeys robots.txt), "
             "or set ROBOTS_ENABLED=False to use Scrapy's own"
         )
+    # A seed that could set webcrawl's own state (a lease, a failure record).
+    found += meta_key_problems(settings.getlist("SEED_META_KEYS"))
     lease = settings.getfloat("FRONTIER_LEASE_TIMEOUT")
     heartbeat = settings.getfloat("FRONTIER_HEARTBEAT_INTERVAL")
     if lease <= heartbeat:

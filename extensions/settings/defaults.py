@@ -66,6 +66,16 @@ FRONTIER_SPILL_STORE = ""
 # Spilled requests moved back per refill; a host is refilled when its queue is shorter.
 FRONTIER_SPILL_BATCH: Annotated[int, Range(1, 100_000)] = 500
 
+# --- Seeds (extensions.core.seeds) ---------------------------------------------
+# Seed key of a spider without a redis_key attribute, %(name)s: the spider's name (scrapy-redis's setting).
+REDIS_START_URLS_KEY = "%(name)s:start_urls"
+# The seed keys are SETs (scrapy-redis's setting; taken reliably, in no order).
+REDIS_START_URLS_AS_SET = False
+# The seed keys are ZSETs (scrapy-redis's setting; taken reliably, highest score first).
+REDIS_START_URLS_AS_ZSET = False
+# Keys a seed's "meta" may set on its request itself, control keys (proxy, cookiejar...) included; any other key goes under meta["user"].
+SEED_META_KEYS: list[str] = []
+
 # --- Continuous crawling (extensions.extensions.recrawl) ---------------------------------
 # Revisit every stored page: a next-visit time per page, conditional GET, a revisit policy.
 RECRAWL_ENABLED = False
