@@ -83,7 +83,11 @@ logger = logging.getLogger(__name__)
 SCHEDULER = "extensions.core.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilters.BloomDupeFilter"
 ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
-EXTENSIONS = {"extensions.extensions.fleetstats.FleetStats": 500}
+EXTENSIONS = {
+    "extensions.extensions.fleetstats.FleetStats": 500,
+    # A scrapy-redis spider's own seed reading off (it does nothing for others).
+    "extensions.extensions.redismixin.RedisMixinSeeds": 500,
+}
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 METRICS_EXTENSION = {"extensions.extensions.metrics.PrometheusMetrics": 500}
 RECRAWL_EXTENSION = {"extensions.extensions.recrawl.Recrawler": 500}

@@ -82,7 +82,7 @@ from extensions.keys import invalid_seeds, seed_taken, seed_takers, start_urls
 from extensions.meta import SCRAPY_META, SEED_TAKEN, WEBCRAWL_META
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     import redis.asyncio as aredis
     from scrapy.settings import BaseSettings
@@ -545,6 +545,9 @@ class Taken:
     invalid: list[tuple[bytes, str]]
     given_back: int = 0
     broken: int = 0
+    #: With a ``maker``: the requests it made (each entry's last carries
+    #: the entry in ``meta["seed_taken"]``).
+    made: list[Request] = field(default_factory=list)
 
 
 def _entry(taken: bytes, kind: str) -> bytes:
@@ -624,7 +627,10 @@ class SeedList:
     id per run), from ``source``'s keys (default: the LIST
     ``<prefix>:start_urls``). ``dead_after_ms``: how long a taker may stay
     silent before its taken seeds go back (see the module docstring).
-    ``meta_keys``: ``SEED_META_KEYS``."""
+    ``meta_keys``: ``SEED_META_KEYS``. ``maker``: a function that makes the
+    seed requests of an entry itself (a scrapy-redis spider's
+    ``make_request_from_data``, :mod:`extensions.extensions.redismixin`),
+    instead of :func:`parse_seed`."""
 
     def __init__(
         self,
@@ -636,8 +642,10 @@ class SeedList:
         dead_after_ms: int,
         source: SeedSource | None = None,
         meta_keys: frozenset[str] = frozenset(),
+        maker: Callable[[bytes], list[Request]] | None = None,
     ) -> None:
         self.client = client
+        self.maker = maker
         self.source = source or SeedSource.of_crawl(prefix)
         if self.source.kind not in KINDS:
             raise ValueError(f"a seed key is a {' or '.join(KINDS)}")
@@ -718,6 +726,9 @@ class SeedList:
             raise
         raw, self._held = [*self._held, *raw], []
         for entry in raw:
+            if self.maker is not None:
+                self._make(entry, taken)
+                continue
             try:
                 seed = parse_seed(
                     _entry(entry, self.kind), self.max_url_length, self.meta_keys
@@ -734,6 +745,23 @@ class SeedList:
             # Recorded: they may leave the taken list.
             self.settle([e for e, _ in taken.invalid])
         return taken
+
+    def _make(self, entry: bytes, taken: Taken) -> None:
+        """The requests ``maker`` makes of one entry; the last carries the
+        entry (the scheduler queues a worker's requests in the order made,
+        so the entry leaves only once all of them are queued)."""
+        try:
+            made = self.maker(_entry(entry, self.kind)) if self.maker else []
+            text = entry.decode("utf-8")
+        except Exception as exc:
+            # data from outside: one entry it fails on must not cost the rest.
+            taken.invalid.append((entry, f"{type(exc).__name__}: {exc}"[:500]))
+            return
+        if not made:
+            taken.invalid.append((entry, "make_request_from_data made no request"))
+            return
+        made[-1].meta[SEED_TAKEN] = text
+        taken.made += made
 
     async def release(self) -> int:
         """A clean close: settle, give back what is left, leave the takers.
