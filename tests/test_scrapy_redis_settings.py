@@ -312,3 +312,17 @@ def test_no_part_set_still_means_the_embedded_redis(
     s.set("REDIS_PORT", 6390, priority="project")
     assert not embedded_unless_configured(s, "addon")
     assert resolve_redis_url(s) == "redis://localhost:6390/0"
+
+
+# -- the migration page's table --------------------------------------------------
+
+
+def test_the_migration_pages_table_is_the_one_the_add_on_uses() -> None:
+    page = (ROOT / scrapyredis.MIGRATION_PAGE).read_text()
+    table = page.split("| setting, attribute or key | webcrawl |", 1)[1]
+    rows = {}
+    for row in table.split("\n\n", 1)[0].strip().splitlines()[1:]:
+        name, fate, note = (c.strip() for c in row.strip("|").split("|"))
+        if re.fullmatch(r"`[A-Z_]+`", name):
+            rows[name.strip("`")] = (fate, note)
+    assert rows == {f.name: (f.fate, f.note) for f in scrapyredis.SETTINGS}
