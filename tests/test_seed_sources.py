@@ -327,3 +327,15 @@ def test_a_seed_the_crawl_has_seen_is_dropped_with_a_line_saying_how_to_recrawl(
         "further seeds dropped as seen are counted in seeds/filtered "
         "(DUPEFILTER_DEBUG logs each)"
     ]
+
+
+def test_seed_meta_keys_naming_webcrawls_own_state_stop_the_worker() -> None:
+    from webcrawl.addon import guarantee_problems, install_defaults
+
+    s = Settings()
+    install_defaults(s)
+    s.set("SEED_META_KEYS", ["cookiejar", "frontier_lease"], priority="cmdline")
+    assert guarantee_problems(s) == [
+        "SEED_META_KEYS names 'frontier_lease', webcrawl's own state: no seed may "
+        "set it"
+    ]
