@@ -22,11 +22,10 @@ from scrapy.settings import Settings
 
 from extensions.connection import resolve_redis_url
 from extensions.connection.embedded import RedisProcess, embedded_unless_configured
-from extensions.core.scheduler import RedisScheduler
 from extensions.dupefilters import BloomDupeFilter
 from extensions.keys import FrontierKeys
 from webcrawl import scrapyredis
-from webcrawl.addon import setting_typos
+from webcrawl.addon import DUPEFILTER, SCHEDULER, setting_typos
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -160,10 +159,10 @@ def test_webcrawls_own_components_or_subclasses_set_by_the_project_pass() -> Non
         },
         priority="project",
     )
-    assert scrapyredis.refusals(s, RedisScheduler, BloomDupeFilter) == []
+    assert scrapyredis.refusals(s, SCHEDULER, DUPEFILTER) == []
     # The add-on's own priority or lower is not the user's choice: it wins.
     s.set("SCHEDULER", "scrapy_redis.scheduler.Scheduler", priority="default")
-    assert scrapyredis.refusals(s, RedisScheduler, BloomDupeFilter) == []
+    assert scrapyredis.refusals(s, SCHEDULER, DUPEFILTER) == []
 
 
 class MyBloom(BloomDupeFilter):

@@ -48,7 +48,6 @@ from importlib import import_module
 from typing import TYPE_CHECKING, NoReturn
 
 from scrapy.settings import SETTINGS_PRIORITIES, default_settings
-from scrapy.utils.misc import load_object
 
 import extensions.settings.defaults
 import pipelines.defaults
@@ -247,9 +246,7 @@ class Webcrawl:
             refuse(exc)
         if problems := guarantee_problems(settings):
             refuse(config.SettingsError("; ".join(problems)))
-        foreign = scrapyredis.refusals(
-            settings, load_object(SCHEDULER), load_object(DUPEFILTER)
-        )
+        foreign = scrapyredis.refusals(settings, SCHEDULER, DUPEFILTER)
         if foreign:
             refuse(config.SettingsError("; ".join(foreign)))
         for line in scrapyredis.warnings(settings):

@@ -186,25 +186,31 @@ def _is_scrapy_redis(path: object, name: str) -> bool:
     return _is_subclass(path, load_object(FOREIGN[name]))
 
 
-def refusals(settings: BaseSettings, scheduler: type, dupefilter: type) -> list[str]:
+def refusals(settings: BaseSettings, scheduler: str, dupefilter: str) -> list[str]:
     """One sentence per setting that would take a component away from
     webcrawl: a ``SCHEDULER`` or ``DUPEFILTER_CLASS`` set above the add-on's
-    priority that is not ``scheduler``/``dupefilter`` (or a subclass), and
-    scrapy-redis's stats collector. Each says what to remove."""
+    priority that is not the class ``scheduler``/``dupefilter`` name (or a
+    subclass), and scrapy-redis's stats collector. Each says what to remove.
+    Loads a class only when the user set one (a worker's start is not made
+    slower)."""
     found = []
     addon = SETTINGS_PRIORITIES["addon"]
     for name, ours in (("SCHEDULER", scheduler), ("DUPEFILTER_CLASS", dupefilter)):
         value = settings.get(name)
-        if (settings.getpriority(name) or 0) <= addon or _is_subclass(value, ours):
+        if (settings.getpriority(name) or 0) <= addon or value == ours:
+            continue
+        if _is_subclass(value, load_object(ours)):
             continue
         what = "scrapy-redis's" if _is_scrapy_redis(value, name) else "another"
         found.append(
             f"{name}={value!r} ({_where(settings, name)}) is {what} and would "
-            f"replace webcrawl's {ours.__module__}.{ours.__name__}: remove it "
-            f"(the webcrawl add-on sets {name}; see {MIGRATION_PAGE})"
+            f"replace webcrawl's {ours}: remove it (the webcrawl add-on sets "
+            f"{name}; see {MIGRATION_PAGE})"
         )
     stats = settings.get("STATS_CLASS")
-    if _is_scrapy_redis(stats, "STATS_CLASS"):
+    # Scrapy's own default (at "default" priority) is not scrapy-redis's.
+    mine = (settings.getpriority("STATS_CLASS") or 0) > SETTINGS_PRIORITIES["default"]
+    if mine and _is_scrapy_redis(stats, "STATS_CLASS"):
         found.append(
             f"STATS_CLASS={stats!r} ({_where(settings, 'STATS_CLASS')}) is "
             "scrapy-redis's, which fails on close under Scrapy 2.19 "

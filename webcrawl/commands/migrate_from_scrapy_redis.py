@@ -40,14 +40,6 @@ from scrapy.utils.conf import arglist_to_dict
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from extensions.connection import resolve_redis_url
-from extensions.core.migration import (
-    DupefilterReport,
-    Inventory,
-    MigrationError,
-    MoveReport,
-    ScrapyRedisCrawl,
-    frontier_for,
-)
 from extensions.utils.redact import redact_url
 from webcrawl.operate import OperatorCommand, client_for
 
@@ -57,6 +49,8 @@ if TYPE_CHECKING:
 
     from scrapy import Request, Spider
     from scrapy.settings import BaseSettings
+
+    from extensions.core.migration import DupefilterReport, Inventory, MoveReport
 
 
 def render_inventory(inv: Inventory, name: str, where: str) -> list[str]:
@@ -110,15 +104,17 @@ async def migrate(
 ) -> tuple[list[str], int]:
     """Run the move (or the dry run) of ``spider``'s crawl; the report's
     lines and the exit status."""
+    from extensions.core import migration  # see Command.run
+
     where = redact_url(resolve_redis_url(settings))
-    crawl = ScrapyRedisCrawl(
+    crawl = migration.ScrapyRedisCrawl(
         client_for(settings), spider, settings, fingerprint, trust_pickle=trust_pickle
     )
     try:
         if dry_run:
             inv = await crawl.inventory()
             return render_inventory(inv, crawl.name, where), 2 if inv.problems else 0
-        frontier = await frontier_for(crawl.client, crawl.name, settings)
+        frontier = await migration.frontier_for(crawl.client, crawl.name, settings)
         move = await crawl.move_requests(frontier)
         dupes = await crawl.load_dupefilter()
     finally:
@@ -158,6 +154,11 @@ class Command(OperatorCommand):
         )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        # Imported here, not with the module: every ``scrapy`` invocation (a
+        # worker's start among them) imports every command module, and this
+        # one's reader brings scrapy-redis.
+        from extensions.core.migration import MigrationError
+
         if len(args) != 1:
             raise UsageError("give the spider whose crawl scrapy-redis queued")
         settings = self.crawl_settings()
