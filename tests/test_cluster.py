@@ -30,7 +30,7 @@ from extensions.core.frontier.frontier import (
     QueuedRequest,
     Worker,
 )
-from extensions.core.seeds import SeedList
+from extensions.core.seeds import SeedList, SeedSource, push_seeds
 from extensions.keys import FrontierKeys, seed_takers, start_urls
 from extensions.utils.hosts import host_partition
 from sandbox.site import SiteSpec
@@ -216,6 +216,41 @@ def test_seed_hand_over_runs_on_a_cluster(cluster: LocalCluster) -> None:
         ["http://a.test/2", "http://a.test/1"],
         1,
     )
+
+
+def test_set_and_zset_seed_keys_hand_over_on_a_cluster(cluster: LocalCluster) -> None:
+    """A SET and a ZSET seed key (each in its own slot, its taken lists and
+    takers tagged by it): a take, a dead taker's give-back and a release."""
+    settings = Settings({"REDIS_URL": cluster.url, "REDIS_CLUSTER": True})
+
+    async def run(kind: str) -> tuple[list[str], int, int]:
+        key = f"shop:{kind}"
+        source = SeedSource((key,), kind)
+        client = connection.new_async_client(settings)
+        try:
+            await push_seeds(
+                client, "shop", ["http://a.test/1", "http://a.test/2"], source
+            )
+            dead = SeedList(
+                client, "shop", taker="w1", dead_after_ms=30_000, source=source
+            )
+            await dead.take(2)
+            await client.zadd(seed_takers("shop", key), {"w1": 0})
+            alive = SeedList(
+                client, "shop", taker="w2", dead_after_ms=30_000, source=source
+            )
+            taken = await alive.take(1)
+            return (
+                [seed.url for seed, _ in taken.seeds],
+                taken.given_back,
+                await alive.release(),
+            )
+        finally:
+            await client.aclose()
+
+    for kind in ("set", "zset"):
+        urls, given_back, released = asyncio.run(run(kind))
+        assert (len(urls), given_back, released) == (1, 2, 1), kind
 
 
 def partitions_after_start(url: str, **values: object) -> int:

@@ -16,6 +16,12 @@ It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0, and
 the continuous-crawl extension (:mod:`extensions.extensions.recrawl`) when
 ``RECRAWL_ENABLED``.
 
+scrapy-redis's settings (:mod:`webcrawl.scrapyredis`): a ``SCHEDULER`` or
+``DUPEFILTER_CLASS`` of another package set above the add-on's priority, or
+scrapy-redis's ``STATS_CLASS``, stops the worker with one line saying what
+to remove (exit 2); a scrapy-redis setting webcrawl ignores is named in one
+warning each, with what replaces it.
+
 A setting given on the command line (``-s``, scrapyd's ``setting=``) that no
 one knows and whose name is close to a known one is named in one warning
 (``did you mean DOWNLOAD_DELAY?``), or stops the worker under
@@ -58,13 +64,14 @@ from extensions.connection.embedded import (
     webcrawl_home,
 )
 from extensions.core.frontier.frontier import first_partitions
+from extensions.core.seeds import meta_key_problems
 from extensions.downloadermiddlewares import (
     DOWNLOADER_MIDDLEWARES,
 )
 from extensions.settings import config
 from extensions.spidermiddlewares import SPIDER_MIDDLEWARES
 from pipelines.stores import store_class
-from webcrawl import defaults
+from webcrawl import defaults, scrapyredis
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -75,7 +82,11 @@ logger = logging.getLogger(__name__)
 SCHEDULER = "extensions.core.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilters.BloomDupeFilter"
 ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
-EXTENSIONS = {"extensions.extensions.fleetstats.FleetStats": 500}
+EXTENSIONS = {
+    "extensions.extensions.fleetstats.FleetStats": 500,
+    # A scrapy-redis spider's own seed reading off (it does nothing for others).
+    "extensions.extensions.redismixin.RedisMixinSeeds": 500,
+}
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 METRICS_EXTENSION = {"extensions.extensions.metrics.PrometheusMetrics": 500}
 RECRAWL_EXTENSION = {"extensions.extensions.recrawl.Recrawler": 500}
@@ -107,6 +118,8 @@ def guarantee_problems(settings: BaseSettings) -> list[str]:
             "middleware: leave it False (ROBOTS_ENABLED=True obeys robots.txt), "
             "or set ROBOTS_ENABLED=False to use Scrapy's own"
         )
+    # A seed that could set webcrawl's own state (a lease, a failure record).
+    found += meta_key_problems(settings.getlist("SEED_META_KEYS"))
     lease = settings.getfloat("FRONTIER_LEASE_TIMEOUT")
     heartbeat = settings.getfloat("FRONTIER_HEARTBEAT_INTERVAL")
     if lease <= heartbeat:
@@ -126,6 +139,7 @@ def known_settings(settings: BaseSettings) -> set[str]:
     ``custom_settings``, the add-on)."""
     known = {name for name in dir(default_settings) if name.isupper()}
     known |= {spec.name for module in DEFAULTS for spec in config.specs(module)}
+    known |= scrapyredis.known()
     project = os.environ.get("SCRAPY_SETTINGS_MODULE")
     if project:
         with contextlib.suppress(ImportError):
@@ -232,6 +246,11 @@ class Webcrawl:
             refuse(exc)
         if problems := guarantee_problems(settings):
             refuse(config.SettingsError("; ".join(problems)))
+        foreign = scrapyredis.refusals(settings, SCHEDULER, DUPEFILTER)
+        if foreign:
+            refuse(config.SettingsError("; ".join(foreign)))
+        for line in scrapyredis.warnings(settings):
+            logger.warning("%s", line)
         check_typos(settings)
         try:
             store_class(settings)  # a class it cannot load: one line, not 45

@@ -24,9 +24,11 @@ import signal
 import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
 from scrapy.commands import ScrapyCommand
+from scrapy.spiderloader import get_spider_loader
 
 from extensions.connection import (
     TRANSIENT_REDIS_ERRORS,
@@ -42,13 +44,22 @@ from extensions.core import seeds
 from extensions.core.bloom import AsyncBloomFilter, BloomConfig
 from extensions.core.frontier.deadletters import DeadLetters
 from extensions.core.frontier.frontier import PartitionedFrontier, recorded_partitions
-from extensions.core.seeds import URL_LENGTH_LIMIT, InvalidSeed, parse_seed
+from extensions.core.seeds import (
+    URL_LENGTH_LIMIT,
+    InvalidSeed,
+    SeedSource,
+    parse_seed,
+    seed_counts,
+    seed_source,
+)
 from extensions.extensions.fleetstats import fleet_view
 from extensions.keys import (
     DEFAULT_CRAWL,
     FrontierKeys,
     bloom_meta,
     crawl_patterns,
+    glob_escape,
+    invalid_seeds,
     invalid_start_urls,
     seed_patterns,
     start_urls,
@@ -60,7 +71,7 @@ from webcrawl.addon import DEFAULTS, install_defaults
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Coroutine, Iterable, Iterator
+    from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 
     import redis.asyncio as aredis
     from scrapy.settings import BaseSettings, Settings
@@ -189,11 +200,8 @@ async def gather_status(
         alive_ms = int(settings.getfloat("FRONTIER_LEASE_TIMEOUT") * 1000)
         fv = await frontier.overview()
         fleet = await fleet_view(client, crawl, alive_ms, frontier)
-        async with client.pipeline(transaction=False) as pipe:
-            pipe.llen(start_urls(crawl))
-            pipe.llen(invalid_start_urls(crawl))
-            pipe.exists(bloom_meta(crawl))
-            seeds, invalid, has_bloom = await pipe.execute()
+        seeds, invalid = await seed_counts(client, seed_source_of(settings, crawl))
+        has_bloom = await client.exists(bloom_meta(crawl))
         memory = await info_per_master(client, "memory")
         bloom = await _bloom(client, settings, crawl) if has_bloom else None
         # The dead-letter queue itself (not the workers' dlq/<reason> stats,
@@ -379,12 +387,15 @@ def render_status(s: dict[str, Any]) -> str:
 
 
 def check_seed_lines(
-    lines: Iterable[str | bytes], max_url_length: int = URL_LENGTH_LIMIT
+    lines: Iterable[str | bytes],
+    max_url_length: int = URL_LENGTH_LIMIT,
+    meta_keys: frozenset[str] = frozenset(),
 ) -> tuple[list[str], list[tuple[int, str, str]]]:
     """Valid seed entries, and (line number, line, why) for the invalid ones,
     judged by the parser the workers use (:func:`extensions.core.seeds.parse_seed`)
-    with the same URL length limit. Blank lines and ``#`` comments are skipped;
-    a line of bytes that are not UTF-8 is invalid, as on the seed list.
+    with the same URL length limit and ``SEED_META_KEYS``. Blank lines and
+    ``#`` comments are skipped; a line of bytes that are not UTF-8 is
+    invalid, as on the seed list.
 
     >>> valid, invalid = check_seed_lines(["http://a.test/", "", "# c", "ftp://b/"])
     >>> valid, invalid
@@ -406,7 +417,7 @@ def check_seed_lines(
         if not line or line.startswith("#"):
             continue
         try:
-            parse_seed(line, max_url_length)
+            parse_seed(line, max_url_length, meta_keys)
         except InvalidSeed as exc:
             invalid.append((number, line, str(exc)))
         else:
@@ -417,12 +428,26 @@ def check_seed_lines(
 async def push_seeds(
     settings: BaseSettings, entries: list[str], crawl: str = DEFAULT_CRAWL
 ) -> int:
-    """Push seed entries, first line first out (the list is taken from its tail)."""
+    """Push seed entries onto the crawl's seed key, first line first out (a
+    list is taken from its tail; a zset by priority; a set in no order)."""
     client = client_for(settings)
     try:
-        return await seeds.push_seeds(client, crawl, entries)
+        return await seeds.push_seeds(
+            client, crawl, entries, seed_source_of(settings, crawl)
+        )
     finally:
         await client.aclose()
+
+
+def seed_source_of(settings: BaseSettings, crawl: str) -> SeedSource:
+    """The seed keys of crawl ``crawl`` as its workers read them: the
+    ``redis_key`` of the project's spider of that name, if any, else
+    ``REDIS_START_URLS_KEY``, of the type ``REDIS_START_URLS_AS_SET`` /
+    ``AS_ZSET`` say (:func:`extensions.core.seeds.seed_source`)."""
+    spider: Any = SimpleNamespace(name=crawl)
+    with contextlib.suppress(KeyError):
+        spider = get_spider_loader(settings).load(crawl)
+    return seed_source(spider, settings)
 
 
 # -- pause / resume -------------------------------------------------------------
@@ -443,7 +468,7 @@ async def set_paused(
 # -- reset ---------------------------------------------------------------------
 
 
-def key_kind(crawl: str, key: str) -> str:
+def key_kind(crawl: str, key: str, seed_keys: Sequence[str] = ()) -> str:
     """The kind of a crawl key, for ``scrapy reset``'s count.
 
     >>> key_kind("web", "web:{web}:q:http://a.test:80")
@@ -460,20 +485,26 @@ def key_kind(crawl: str, key: str) -> str:
         return "frontier " + key[len(tagged) :].split(":", 1)[0]
     if key.startswith(f"{crawl}:{{{crawl}:p"):  # another partition's tag
         return "frontier " + key.split("}:", 1)[1].split(":", 1)[0]
-    if key in (start_urls(crawl), invalid_start_urls(crawl)) or any(
-        fnmatchcase(key, p) for p in seed_patterns(crawl)
+    named = {start_urls(crawl), invalid_start_urls(crawl), *seed_keys}
+    named |= {invalid_seeds(k) for k in seed_keys}
+    if key in named or any(
+        fnmatchcase(key, p) for p in seed_patterns(crawl, seed_keys)
     ):
         return "seeds"
     return key[len(crawl) + 1 :].split(":", 1)[0]
 
 
-async def crawl_keys(client: aredis.Redis, crawl: str) -> list[str]:
-    """Every key of the crawl, seed lists included (SCAN, never KEYS)."""
+async def crawl_keys(
+    client: aredis.Redis, crawl: str, seed_keys: Sequence[str] = ()
+) -> list[str]:
+    """Every key of the crawl, seed lists included (those of ``seed_keys``
+    too: a spider's ``redis_key``), SCAN, never KEYS."""
     keys = []
     for pattern in [
         *crawl_patterns(crawl),
-        *seed_patterns(crawl),
-        start_urls(crawl),
+        *seed_patterns(crawl, seed_keys),
+        *(glob_escape(k) for k in {*seed_keys, start_urls(crawl)}),
+        *(glob_escape(invalid_seeds(k)) for k in seed_keys[:1]),
         invalid_start_urls(crawl),
     ]:
         async for key in client.scan_iter(match=pattern, count=1000):
@@ -486,11 +517,12 @@ async def reset(
 ) -> dict[str, int]:
     """Count the crawl's keys by kind; delete them when ``delete``."""
     client = client_for(settings)
+    seed_keys = seed_source_of(settings, crawl).keys
     try:
-        keys = await crawl_keys(client, crawl)
+        keys = await crawl_keys(client, crawl, seed_keys)
         kinds: dict[str, int] = {}
         for key in keys:
-            kind = key_kind(crawl, key)
+            kind = key_kind(crawl, key, seed_keys)
             kinds[kind] = kinds.get(kind, 0) + 1
         if delete:
             for i in range(0, len(keys), 500):

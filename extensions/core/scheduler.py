@@ -6,7 +6,8 @@ Settings read (defaults in :mod:`extensions.settings.defaults`):
 ``FRONTIER_HEARTBEAT_INTERVAL``, ``FRONTIER_PRIORITY_FUNCTION``,
 ``SCHEDULER_PERSIST``, ``SCHEDULER_FLUSH_ON_START``, ``REDIS_RETRY_INITIAL``,
 ``REDIS_RETRY_MAX``, ``DOWNLOAD_DELAY``, ``BACKOFF_QUIET_PERIOD``,
-``CONCURRENT_REQUESTS``, ``DUPEFILTER_CLASS``, ``SCHEDULER_DEBUG``; the
+``CONCURRENT_REQUESTS``, ``DUPEFILTER_CLASS``, ``SCHEDULER_DEBUG``,
+``DUPEFILTER_DEBUG`` (each seed dropped as seen logged); the
 frontier spill's (:mod:`extensions.core.frontier.spill`): ``FRONTIER_HOST_QUEUE_MAX``,
 ``FRONTIER_MAX_MEMORY``, ``FRONTIER_SPILL_STORE``, ``FRONTIER_SPILL_BATCH``.
 
@@ -39,6 +40,8 @@ A seed request carries its seed-list entry (``meta["seed_taken"]``,
 :data:`extensions.signals.seeds_settled` once the seed's batch is committed
 (or the seed was refused in ``request_scheduled``), so the entry leaves its
 worker's taken list only when a live worker would queue the request anyway.
+A seed the dupefilter drops (the crawl has seen its URL) is counted as
+``seeds/filtered`` and logged with how to crawl it again.
 
 Terminal failures reach the dead-letter queue
 (:mod:`extensions.core.frontier.deadletters`) through
@@ -179,6 +182,8 @@ class _Batch:
     #: Seed-list entries of the batch's seeds (``meta.SEED_TAKEN``): settled
     #: once the batch is committed and its refused part spilled.
     seeds: list[str] = field(default_factory=list)
+    #: The batch's seed requests (by id): one the dupefilter drops says why.
+    seed_ids: set[int] = field(default_factory=set)
 
 
 def lease_of(obj: Any) -> str | None:
@@ -223,6 +228,8 @@ class RedisScheduler(BaseScheduler):
         # on spacing.
         self.backoff_quiet_ms = int(s.getfloat("BACKOFF_QUIET_PERIOD") * 1000)
         self.debug = s.getbool("SCHEDULER_DEBUG")
+        self.dupefilter_debug = s.getbool("DUPEFILTER_DEBUG")
+        self._said_seed_seen = False
         path = s.get("FRONTIER_PRIORITY_FUNCTION")
         self.score: Callable[..., int] | None = load_object(path) if path else None
         self.host_counts = LocalHostCounts()
@@ -399,6 +406,8 @@ class RedisScheduler(BaseScheduler):
             # serialized and written ahead. The engine sends request_dropped,
             # which ends a parent's lease as the batch path does.
             self._redirect_loop(request)
+            if meta.SEED_TAKEN in request.meta:
+                self._seed_seen(request)
             return False
         parent = request.meta.pop(meta.FRONTIER_LEASE, None)
         if parent is not None:
@@ -682,6 +691,8 @@ class RedisScheduler(BaseScheduler):
                 for request, queued in p.candidates:
                     if not request.dont_filter and next(seen):
                         self._redirect_loop(request)
+                        if id(request) in p.seed_ids:
+                            self._seed_seen(request)
                         self.crawler.signals.send_catch_log(
                             signals.request_dropped, request=request, spider=self.spider
                         )
@@ -780,12 +791,14 @@ class RedisScheduler(BaseScheduler):
         or filtered, in the same script."""
         candidates: list[tuple[Request, QueuedRequest]] = []
         seeds: list[str] = []
+        seed_ids: set[int] = set()
         for request, parent in batch:
             if parent:
                 acks.append(parent)
             seed = request.meta.pop(meta.SEED_TAKEN, None)
             if seed is not None:
                 seeds.append(seed)
+                seed_ids.add(id(request))
             # The retry delay is this queueing's, not the request's: it must
             # not travel on to a redirect or a deferral of the retry.
             delay = int(request.meta.pop(DELAY_META, 0) or 0)
@@ -802,7 +815,30 @@ class RedisScheduler(BaseScheduler):
             )
             self.host_counts.add(host)
             candidates.append((request, QueuedRequest(host, priority, member, delay)))
-        return _Batch(candidates, acks, uuid.uuid4().hex[:12], seeds=seeds)
+        return _Batch(
+            candidates, acks, uuid.uuid4().hex[:12], seeds=seeds, seed_ids=seed_ids
+        )
+
+    def _seed_seen(self, request: Request) -> None:
+        """A seed the crawl has seen (pushed again after it was crawled, or
+        queued): dropped by the dupefilter, counted (``seeds/filtered``) and
+        logged with how to crawl it again; the first one, or each one with
+        ``DUPEFILTER_DEBUG``."""
+        self.stats.inc_value("seeds/filtered")
+        if self._said_seed_seen and not self.dupefilter_debug:
+            return
+        self._said_seed_seen = True
+        logger.info(
+            "Seed %s dropped: the crawl has seen it (its dupefilter knows the "
+            'URL). To crawl it again, push it with "dont_filter": true: '
+            '{"url": "%s", "dont_filter": true} (docs/seeds.md)%s',
+            request.url,
+            request.url,
+            ""
+            if self.dupefilter_debug
+            else "; further seeds dropped as seen are counted in seeds/filtered "
+            "(DUPEFILTER_DEBUG logs each)",
+        )
 
     def _unserializable(self, request: Request, exc: Exception) -> None:
         self.stats.inc_value("scheduler/unserializable")

@@ -5,7 +5,9 @@ middleware is on: it replaces Scrapy's), ``ROBOTSTXT_PARSER``,
 ``ROBOTSTXT_USER_AGENT``, ``USER_AGENT``, ``DOWNLOAD_DELAY``, ``ROBOTS_TTL``,
 ``ROBOTS_MAX_SIZE``, ``ROBOTS_MAX_REDIRECTS``, ``ROBOTS_FETCH_TIMEOUT``,
 ``ROBOTS_RETRY_INITIAL``, ``ROBOTS_RETRY_MAX``, ``ROBOTS_CRAWL_DELAY_MAX``,
-``ROBOTS_SITEMAP_SEEDS``, ``ROBOTS_DOWN_AFTER``, ``ROBOTS_WAIT_MAX``,
+``ROBOTS_SITEMAP_SEEDS`` (with ``REDIS_START_URLS_KEY``,
+``REDIS_START_URLS_AS_SET``, ``REDIS_START_URLS_AS_ZSET``: the seed key the
+sitemaps go to), ``ROBOTS_DOWN_AFTER``, ``ROBOTS_WAIT_MAX``,
 ``FRONTIER_HEARTBEAT_INTERVAL`` (the life of the fetch lock), ``SCHEDULER``,
 ``POLITENESS_MAX_DEFERRALS`` (only without the Redis frontier, see below),
 ``FRONTIER_PARTITIONS`` (where a host's record lives), and through
@@ -46,7 +48,7 @@ from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client, retry_re
 from extensions.connection.locks import TokenLock, new_token
 from extensions.connection.scripts import LUA_NOW_MS, script, server_now_ms
 from extensions.core.frontier.hostrecord import HostRecords
-from extensions.core.seeds import push_seeds
+from extensions.core.seeds import push_seeds, seed_source
 from extensions.downloadermiddlewares import Deferral, deferred_copy
 from extensions.downloadermiddlewares.politeness import HostParked
 from extensions.meta import DELAY_META
@@ -634,7 +636,9 @@ class SharedRobotsTxtMiddleware:
                     "robotstxt/sitemaps_out_of_scope", len(found) - len(sitemaps)
                 )
             if sitemaps:
-                await push_seeds(self.client, self.prefix, sitemaps)
+                # Onto the spider's own seed key, of its type (a SET, a ZSET).
+                source = seed_source(self.crawler.spider, self.crawler.settings)
+                await push_seeds(self.client, self.prefix, sitemaps, source)
                 stats = self.crawler.stats
                 assert stats is not None
                 stats.inc_value("robotstxt/sitemaps", len(sitemaps))

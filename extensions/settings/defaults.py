@@ -16,13 +16,21 @@ Components used without the add-on get these defaults with
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from extensions.settings.config import Each, OneOf, Range, Spec
 
 # --- Connections --------------------------------------------------------------
-# Redis shared by the fleet; empty: the embedded redis-server under WEBCRAWL_HOME.
+# Redis shared by the fleet; empty: REDIS_HOST/PORT/DB/PARAMS if any is set, else the embedded redis-server under WEBCRAWL_HOME.
 REDIS_URL = ""
+# Redis host when REDIS_URL is empty (scrapy-redis's setting; localhost when only REDIS_PORT, REDIS_DB or REDIS_PARAMS is set).
+REDIS_HOST = ""
+# Redis port when REDIS_URL is empty (scrapy-redis's setting).
+REDIS_PORT: Annotated[int, Range(1, 65535)] = 6379
+# Redis database when REDIS_URL is empty (scrapy-redis's setting).
+REDIS_DB: Annotated[int, Range(0)] = 0
+# Client options when REDIS_URL is empty (scrapy-redis's setting): password, username, ssl, ssl_*, socket_timeout, socket_connect_timeout... (docs/migrating-from-scrapy-redis.md).
+REDIS_PARAMS: dict[str, Any] = {}
 # Directory of embedded state (embedded Redis data, SQLite page store).
 WEBCRAWL_HOME = ".webcrawl"
 # Seconds between tries while Redis is unreachable (doubles up to the cap).
@@ -57,6 +65,16 @@ FRONTIER_MAX_MEMORY: Annotated[int, Range(0)] = 0
 FRONTIER_SPILL_STORE = ""
 # Spilled requests moved back per refill; a host is refilled when its queue is shorter.
 FRONTIER_SPILL_BATCH: Annotated[int, Range(1, 100_000)] = 500
+
+# --- Seeds (extensions.core.seeds) ---------------------------------------------
+# Seed key of a spider without a redis_key attribute, %(name)s: the spider's name (scrapy-redis's setting).
+REDIS_START_URLS_KEY = "%(name)s:start_urls"
+# The seed keys are SETs (scrapy-redis's setting; taken reliably, in no order).
+REDIS_START_URLS_AS_SET = False
+# The seed keys are ZSETs (scrapy-redis's setting; taken reliably, highest score first).
+REDIS_START_URLS_AS_ZSET = False
+# Keys a seed's "meta" may set on its request itself, control keys (proxy, cookiejar...) included; any other key goes under meta["user"].
+SEED_META_KEYS: list[str] = []
 
 # --- Continuous crawling (extensions.extensions.recrawl) ---------------------------------
 # Revisit every stored page: a next-visit time per page, conditional GET, a revisit policy.

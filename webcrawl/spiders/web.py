@@ -5,7 +5,9 @@ Settings read: ``SEED_POLL_INTERVAL``, ``SEED_BATCH_SIZE``,
 ``WEB_SCOPE_SEED_HOSTS``, ``WEBCRAWL_WORKER_ID``, ``LINK_SKIP_EXTENSIONS``,
 ``PARSE_OFFLOAD_BYTES`` (defaults in :mod:`webcrawl.defaults`),
 ``REDIS_RETRY_MAX``, ``RECRAWL_ENABLED``, ``MAX_OUTLINKS_PER_PAGE``,
-``FRONTIER_HEARTBEAT_INTERVAL`` (:mod:`extensions.settings.defaults`) and Scrapy's
+``FRONTIER_HEARTBEAT_INTERVAL``, ``REDIS_START_URLS_KEY``,
+``REDIS_START_URLS_AS_SET``, ``REDIS_START_URLS_AS_ZSET``,
+``SEED_META_KEYS`` (:mod:`extensions.settings.defaults`) and Scrapy's
 ``URLLENGTH_LIMIT`` (the longest seed URL accepted; 0 keeps the 2083 cap,
 since a seed is always bounded).
 
@@ -13,7 +15,9 @@ Spider arguments (``-a``): ``allowed_domains`` (comma list), ``max_depth``
 (a whole number >= 1, sets ``DEPTH_LIMIT``; 0 is refused: leave it out for no
 limit).
 
-Seeds: ``redis-cli lpush web:start_urls URL`` (or a JSON object, see
+Seeds: ``redis-cli lpush web:start_urls URL`` (or a JSON object; or the
+keys a ``redis_key`` attribute or ``REDIS_START_URLS_KEY`` names, SETs or
+ZSETs with ``REDIS_START_URLS_AS_SET``/``AS_ZSET``: see
 :mod:`extensions.core.seeds`). ``start()`` takes what is in the list when the crawl
 opens; afterwards a poll every ``SEED_POLL_INTERVAL`` seconds (one Redis call,
 no busy loop) feeds new seeds to the engine while the crawl runs. A failing
@@ -73,12 +77,16 @@ from extensions.core.frontier.deadletters import dead_letter
 from extensions.core.frontier.frontier import worker_id
 from extensions.core.frontier.serialization import UnserializableRequest
 from extensions.core.scheduler import DEAD_AFTER_HEARTBEATS, wake_engine
-from extensions.core.seeds import SeedList, seed_url_limit
+from extensions.core.seeds import (
+    SeedList,
+    seed_meta_keys,
+    seed_source,
+    seed_url_limit,
+)
 from extensions.meta import (
     FAILURE_META,
     FRONTIER_LEASE,
     RECRAWL_RECORD,
-    SEED_TAKEN,
     SITEMAP_CHANGEFREQ,
 )
 from extensions.settings import config
@@ -230,12 +238,15 @@ class WebSpider(Spider):
         if getattr(self, "_seeds", None) is None:
             # A client of its own: the scheduler closes the shared one when
             # it closes, and the seeds are given back after that.
+            settings = self.crawler.settings
             self._seeds = SeedList(
-                new_async_client(self.crawler.settings),
+                new_async_client(settings),
                 self.name,
                 self.seed_url_limit,
                 taker=worker_id(),
                 dead_after_ms=int(self.heartbeat * DEAD_AFTER_HEARTBEATS * 1000),
+                source=seed_source(self, settings),
+                meta_keys=seed_meta_keys(settings),
             )
         return self._seeds
 
@@ -280,14 +291,7 @@ class WebSpider(Spider):
                 host = (urlsplit(seed.url).hostname or "").lower()
                 if host not in self.allowed_domains:
                     self.allowed_domains.append(host)
-            requests.append(
-                Request(
-                    seed.url,
-                    priority=seed.priority,
-                    meta={**seed.meta, SEED_TAKEN: entry},
-                    errback=self.on_error,
-                )
-            )
+            requests.append(seed.request(entry, errback=self.on_error))
         return requests
 
     async def start(self) -> AsyncIterator[Any]:
