@@ -58,6 +58,14 @@ FRONTIER_SPILL_STORE = ""
 # Spilled requests moved back per refill; a host is refilled when its queue is shorter.
 FRONTIER_SPILL_BATCH: Annotated[int, Range(1, 100_000)] = 500
 
+# --- Seeds and idling, for any spider (extensions.seedfeed) -------------------
+# Seconds between polls of the seed list while it is empty.
+SEED_POLL_INTERVAL: Annotated[float, Range(above=0)] = 1.0
+# Seeds taken from the list per poll.
+SEED_BATCH_SIZE: Annotated[int, Range(1, 10_000)] = 100
+# Close after this many seconds with nothing to do (0: run as a service).
+MAX_IDLE_TIME_BEFORE_CLOSE: Annotated[float, Range(0)] = 0
+
 # --- Continuous crawling (extensions.recrawl) ---------------------------------
 # Revisit every stored page: a next-visit time per page, conditional GET, a revisit policy.
 RECRAWL_ENABLED = False

@@ -47,7 +47,7 @@ from scrapy.exceptions import NotConfigured
 from extensions import config, defaults
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.frontier import PartitionedFrontier
-from extensions.keys import StatsKeys
+from extensions.keys import StatsKeys, start_urls
 from extensions.scheduler import worker_id
 from extensions.scripts import LUA_NOW_MS, script, server_now_ms
 
@@ -345,6 +345,11 @@ class FleetStats:
         then, before = self._samples[0] if self._samples else (now, pages)
         per_s = (pages - before) / max(now - then, 1e-3)
         waiting = self._waiting_for_seeds(counters)
+        if waiting and not self._said_no_seeds:
+            assert self._client is not None
+            # Seeds pushed and not taken yet (the feed takes them at its next
+            # poll) are no reason to say there are none.
+            waiting = not await self._client.llen(start_urls(self.prefix))
         if waiting and not self._said_no_seeds:
             self._said_no_seeds = True
             logger.warning(

@@ -63,6 +63,9 @@ if TYPE_CHECKING:
 
 PRIORITY_MIN = -(2**15)
 PRIORITY_MAX = 2**15 - 1
+# Hosts with a future ready time the lease script looks at to find one that
+# waits out its spacing rather than a park (breaker, Retry-After).
+SPACED_LOOKAHEAD = 16
 # Poison records kept (the newest); an entry is cut to POISON_ENTRY_KEEP bytes.
 POISON_KEEP = 10_000
 POISON_ENTRY_KEEP = 4096
@@ -387,9 +390,13 @@ return {n, poisoned, reclaimed}
 # Returns {reclaimed, ms until the next host or delayed retry is ready
 #          (-1: none queued),
 #          hosts ready, leases outstanding, entries poisoned, paused (0/1),
+#          spaced (1: a host not parked waits out its spacing),
 #          id1, request1, id2, request2, ...}
 LEASE_LUA = (
     _LUA_SCHEDULE_HOST
+    + f"""
+local SPACED_LOOKAHEAD = {SPACED_LOOKAHEAD}
+"""
     + """
 local ready, leases, ldata, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 pkey = KEYS[5]
@@ -457,8 +464,21 @@ for _, zset in ipairs({ready, KEYS[7]}) do
     if wait < 0 or w < wait then wait = w end
   end
 end
+-- A host waiting out only its spacing (not parked: its score is its `next`)
+-- is work about to come, however far its crawl delay; the soonest few
+-- hosts are looked at, parked ones skipped.
+local spaced = 0
+local soon = redis.call('ZRANGEBYSCORE', ready, '(' .. now, '+inf', 'WITHSCORES',
+                        'LIMIT', 0, SPACED_LOOKAHEAD)
+for i = 1, #soon, 2 do
+  local rec = host_record(hprefix .. soon[i], on_key)
+  if rec.park < tonumber(soon[i + 1]) then
+    spaced = 1
+    break
+  end
+end
 local res = {reclaimed, wait, redis.call('ZCARD', ready), redis.call('ZCARD', leases),
-             poisoned, paused}
+             poisoned, paused, spaced}
 for _, v in ipairs(out) do res[#res + 1] = v end
 return res
 """
@@ -511,6 +531,7 @@ class LeaseBatch:
     leases_outstanding: int  # across the whole fleet
     poisoned: int = 0  # malformed entries moved to the poison list
     paused: bool = False  # the fleet is paused (scrapy pause): nothing leased
+    spaced: bool = False  # a host (not parked) waits out its politeness spacing
 
 
 @dataclass
@@ -743,7 +764,7 @@ class Frontier:
                 w.refill_below,
             ],
         )
-        items: list[bytes] = list(res[6:])
+        items: list[bytes] = list(res[7:])
         leases = [(items[i].decode(), items[i + 1]) for i in range(0, len(items), 2)]
         return LeaseBatch(
             leases,
@@ -753,6 +774,7 @@ class Frontier:
             int(res[3]),
             int(res[4]),
             bool(res[5]),
+            bool(res[6]),
         )
 
     async def release(self, lease_ids: Sequence[str]) -> int:
@@ -1220,6 +1242,7 @@ class PartitionedFrontier:
             sum(b.leases_outstanding for b in self._last),
             poisoned,
             any(b.paused for b in self._last),
+            any(b.spaced for b in self._last),
         )
 
     def work_arrived(self, hosts: Iterable[str]) -> None:

@@ -90,9 +90,10 @@ from extensions.connection import (
     async_client,
 )
 from extensions.dlq import DeadLetter, DeadLetters, dead_letter
-from extensions.failures import DELAY_META
+from extensions.failures import DELAY_META, FAILURE_META, classify_exception
 from extensions.frontier import PartitionedFrontier, QueuedRequest, Spilled, Worker
 from extensions.hosts import host_key
+from extensions.leases import LeaseBook, lease_of, lease_of_response
 from extensions.scoring import LocalHostCounts
 from extensions.scripts import server_now_ms
 from extensions.serialization import (
@@ -103,11 +104,13 @@ from extensions.serialization import (
 )
 from extensions.signals import (
     dead_letters_unrecorded,
+    item_held,
     items_stored,
     request_dead,
     seeds_settled,
 )
 from extensions.spill import FrontierSpill
+from extensions.traps import TrapFiltered
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -178,12 +181,6 @@ def worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-def lease_of(obj: Any) -> str | None:
-    """The lease token carried by an item (attribute or mapping key)."""
-    value = obj.get("lease") if isinstance(obj, dict) else getattr(obj, "lease", None)
-    return value if isinstance(value, str) else None
-
-
 class RedisScheduler(BaseScheduler):
     """Scrapy scheduler over :class:`extensions.frontier.Frontier`.
 
@@ -214,6 +211,9 @@ class RedisScheduler(BaseScheduler):
         # back-off middleware (extensions.backoff), so both agree on spacing.
         self.backoff_quiet_ms = int(s.getfloat("BACKOFF_QUIET_PERIOD") * 1000)
         self.debug = s.getbool("SCHEDULER_DEBUG")
+        # Work due within this many ms keeps a finite crawl open (later work
+        # waits in Redis for the next run): the idle time it would close after.
+        self.horizon_ms = int(s.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE") * 1000)
         path = s.get("FRONTIER_PRIORITY_FUNCTION")
         self.score: Callable[..., int] | None = load_object(path) if path else None
         self.host_counts = LocalHostCounts()
@@ -243,8 +243,12 @@ class RedisScheduler(BaseScheduler):
         self._buffer: deque[tuple[str, Request]] = deque()
         self._memory: deque[Request] = deque()  # requests JSON cannot hold
         self._held: dict[str, float] = {}  # lease -> time leased (monotonic)
+        # What each lease handed to the engine waits for (extensions.leases).
+        self.leases = LeaseBook(self._ack)
+        self._failed_output: set[str] = set()  # leases whose output raised
         self._remote_ready = 0
         self._remote_leases = 0
+        self._other_leases = 0  # leases outstanding not held by this worker
         self.paused = False  # the fleet is paused (scrapy pause): lease nothing
         self._next_poll = 0.0
         self._next_heartbeat = 0.0
@@ -300,6 +304,8 @@ class RedisScheduler(BaseScheduler):
         sig.connect(self._on_request_dead, signal=request_dead)
         sig.connect(self._on_request_scheduled, signal=signals.request_scheduled)
         sig.connect(self._on_items_stored, signal=items_stored)
+        sig.connect(self._on_item_held, signal=item_held)
+        sig.connect(self._on_item_finished, signal=signals.item_scraped)
         sig.connect(self._on_item_finished, signal=signals.item_dropped)
         sig.connect(self._on_item_finished, signal=signals.item_error)
         sig.connect(self._on_spider_error, signal=signals.spider_error)
@@ -316,6 +322,10 @@ class RedisScheduler(BaseScheduler):
             self.worker,
             self.persist,
         )
+        # One round now, so the scheduler knows what Redis holds for the
+        # crawl before the engine first asks: a resumed crawl must not look
+        # finished (and close) in the instant before its first lease.
+        await self._retrying(self._step)
         self._task = asyncio.ensure_future(self._run())
 
     def close(self, reason: str) -> Deferred[None]:
@@ -368,9 +378,11 @@ class RedisScheduler(BaseScheduler):
             or self._records_left
             or self._pending
             or self._memory
-            or self._held
+            # A request in the engine is the engine's to count; a response
+            # processed whose item a pipeline still holds is ours.
+            or self.leases.holding
             or self._remote_ready
-            or self._remote_leases
+            or self._other_leases
             or self.spill.pending
         )
 
@@ -393,6 +405,7 @@ class RedisScheduler(BaseScheduler):
             # A redirect or retry of a leased request: the lease is handed
             # over in the script that queues this request.
             self._held.pop(parent, None)
+            self.leases.forget(parent)
         self._outbox.append((request, parent))
         self._wakeup.set()
         return True
@@ -403,6 +416,7 @@ class RedisScheduler(BaseScheduler):
         if self._buffer:
             lease, request = self._buffer.popleft()
             self._held[lease] = time.monotonic()
+            self.leases.begin(lease)
             request.meta[meta.FRONTIER_LEASE] = lease
             self.stats.inc_value("scheduler/dequeued/redis")
             self.stats.inc_value("scheduler/dequeued")
@@ -426,26 +440,111 @@ class RedisScheduler(BaseScheduler):
 
     def _ack(self, lease: str | None) -> None:
         if lease and self._held.pop(lease, None) is not None:
+            self.leases.forget(lease)
             self._acks.append(lease)
             self._wakeup.set()
 
     def _on_items_stored(self, items: list[Any]) -> None:
         for item in items:
-            self._ack(lease_of(item))
+            self.leases.stored(item)
 
-    def _on_item_finished(self, item: Any, **_: Any) -> None:
-        self._ack(lease_of(item))
+    def _on_item_held(self, item: Any, **_: Any) -> None:
+        self.leases.hold(item)
+
+    def _on_item_finished(self, item: Any, response: Any = None, **_: Any) -> None:
+        self.leases.item_finished(lease_of_response(response))
+
+    # -- how a leased request ended (called by extensions.leases) -------------
+
+    def response_reached_spider(self, response: Any) -> None:
+        """A leased response goes to its callback (or errback): a response
+        the failure policy gave up on (a 5xx or 429 out of attempts) is dead
+        letter, filed before its lease can end."""
+        request = response.request
+        record = request.meta.get(FAILURE_META) or {}
+        if record.get("terminal") and record.get("reason"):
+            self._dead_letter(request, str(record["reason"]), status=response.status)
+
+    def download_failed(self, request: Request, exception: BaseException) -> None:
+        """A leased request's download failed for good: a terminal failure
+        (its class's attempts spent, or a failure no retry can fix) is dead
+        lettered before its lease can end. A request without an errback
+        has no one to record the page: its letter is filed unrecorded, for
+        the page store to record (``dead_letters_unrecorded``)."""
+        if isinstance(exception, TrapFiltered) and not exception.dead_letter:
+            return  # a trap budget's refusal: a filtered record only
+        record = request.meta.get(FAILURE_META) or {}
+        reason = record.get("reason") if record.get("terminal") else None
+        if reason is None and not record:
+            reason = classify_exception(exception)
+        if reason is None:
+            return  # a filter's refusal (robots.txt, offsite): not a failure
+        error = None if record else f"{type(exception).__name__}: {exception}"[:500]
+        self._dead_letter(
+            request, str(reason), error=error, recorded=request.errback is not None
+        )
+
+    def output_failed(
+        self, request: Request, exc: BaseException, response: Any = None
+    ) -> None:
+        """The callback (or errback) of a leased request raised: the spider
+        could not process what it got. Dead-lettered as ``unparseable``, with
+        no page record (its output stopped, and ``spider_error`` follows);
+        the lease ends once the items it did yield are finished."""
+        lease = lease_of(request)
+        if lease is None:
+            return
+        self._failed_output.add(lease)
+        self._spider_failed(request, lease, exc, response)
+        self.leases.output_ended(lease)
 
     def _on_spider_error(self, failure: Any, response: Any, **_: Any) -> None:
-        if response is not None:
-            request = response.request
-            if request is not None and response.meta.get(meta.FRONTIER_LEASE):
-                error = f"{type(failure.value).__name__}: {failure.value}"[:500]
-                letter = self._letter(request, "unparseable", error)
-                if letter is not None:
-                    letter.status = response.status
-                    self._on_request_dead(letter)
-            self._ack(response.meta.get(meta.FRONTIER_LEASE))
+        lease = lease_of_response(response)
+        if lease is None:
+            return
+        if lease in self._failed_output:
+            self._failed_output.discard(lease)  # filed by output_failed
+            return
+        # Raised before any output (a callback that is not a generator, a
+        # spider middleware's process_spider_input): nothing else will end
+        # the lease.
+        self._spider_failed(response.request, lease, failure.value, response)
+        if self.leases.tracks(lease):
+            self.leases.output_ended(lease)
+        else:
+            self._ack(lease)
+
+    def _spider_failed(
+        self, request: Request, lease: str, exc: BaseException, response: Any
+    ) -> None:
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        status = getattr(response, "status", None)
+        self._dead_letter(request, "unparseable", error=error, status=status,
+                          recorded=False)  # fmt: skip
+
+    def _dead_letter(
+        self,
+        request: Request,
+        reason: str,
+        *,
+        error: str | None = None,
+        status: int | None = None,
+        recorded: bool = True,
+    ) -> None:
+        """File ``request``'s dead letter before its lease can end.
+        ``recorded``: the spider records the page itself (its errback);
+        otherwise the page store is asked to (``dead_letters_unrecorded``)."""
+        try:
+            letter = dead_letter(request, self.spider, reason, status=status,
+                                 error=error)  # fmt: skip
+        except UnserializableRequest:
+            return
+        if recorded:
+            self._on_request_dead(letter)
+        else:
+            self._dead_unrecorded.append(letter)
+            self.stats.inc_value(f"dlq/{reason}")
+            self._wakeup.set()
 
     def _on_request_dropped(self, request: Request, **_: Any) -> None:
         self._ack(request.meta.get(meta.FRONTIER_LEASE))
@@ -810,7 +909,10 @@ class RedisScheduler(BaseScheduler):
         want = min(self.batch_size, self.buffer_size - len(self._buffer))
         batch = await self.frontier.lease(want)
         # Due work only: a parked host or a later retry is not pending.
-        self._remote_ready = int(batch.wait_ms == 0)
+        # Due work only, or about to be: a host waiting out its spacing, or
+        # anything due within the idle horizon. A host parked for longer, or
+        # a retry due later, is not pending: it waits in Redis.
+        self._remote_ready = int(batch.spaced or 0 <= batch.wait_ms <= self.horizon_ms)
         self._remote_leases = batch.leases_outstanding
         if batch.paused != self.paused:
             if batch.paused:
@@ -843,6 +945,7 @@ class RedisScheduler(BaseScheduler):
                 bad.append((lease, member, str(exc)))
                 continue
             self._buffer.append((lease, request))
+        self._count_others(batch.leases_outstanding - len(bad))
         if bad:
             # Set aside before the leases end: if this fails, the leases
             # expire and the entries come back to be judged again.
@@ -867,7 +970,14 @@ class RedisScheduler(BaseScheduler):
         renew += [lease for lease, _ in self._buffer]
         if renew:
             await self.frontier.extend(renew)
-        self._remote_ready, self._remote_leases = await self.frontier.due()
+        ready, self._remote_leases = await self.frontier.due()
+        self._remote_ready = self._remote_ready or ready
+        self._count_others(self._remote_leases)
+
+    def _count_others(self, outstanding: int) -> None:
+        """Leases held by other workers: a worker must not close while they
+        hold work that may come back (its own are in the engine's count)."""
+        self._other_leases = max(0, outstanding - len(self._held) - len(self._buffer))
 
     async def _recover(self) -> None:
         assert self.frontier is not None

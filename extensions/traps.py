@@ -28,8 +28,11 @@ from twisted.python.failure import Failure
 
 from extensions import config, defaults, keys
 from extensions.connection import async_client, retry_redis
+from extensions.dlq import dead_letter
 from extensions.hosts import host_key, script
 from extensions.scripts import run_pipelined
+from extensions.serialization import UnserializableRequest
+from extensions.signals import request_dead
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -242,6 +245,16 @@ class TrapFilter:
         """Count the refusal and return what the request's errback makes of it."""
         self._count(exc.reason)
         logger.debug("Trap filter refused %s: %s", request.url[:200], exc)
+        if exc.dead_letter:
+            error = f"{type(exc).__name__}: {exc}"[:500]
+            try:
+                letter = dead_letter(
+                    request, self.crawler.spider, exc.reason, error=error
+                )
+            except UnserializableRequest:
+                pass
+            else:
+                self.crawler.signals.send_catch_log(request_dead, letter=letter)
         if request.errback is None:
             return ()
         failure = Failure(exc)

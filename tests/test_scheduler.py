@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis.asyncio as aredis
 from scrapy import Request, Spider, signals
+from scrapy.http import Response
 
 from extensions.embedded_redis import RedisProcess
 from extensions.frontier import Frontier, QueuedRequest, Worker
@@ -22,7 +23,7 @@ from extensions.hosts import host_key
 from extensions.meta import FRONTIER_LEASE
 from extensions.scheduler import RedisScheduler
 from extensions.serialization import request_to_bytes
-from extensions.signals import items_stored
+from extensions.signals import item_held, items_stored
 from pipelines.items import PageItem
 from tests.utils import get_crawler
 
@@ -132,11 +133,22 @@ def test_pending_until_outcome_is_durable(
         assert s.has_pending_requests()
         (request,) = await drain(s, 1)
         lease = request.meta[FRONTIER_LEASE]
-        await asyncio.sleep(0.3)
-        # Fetched but not stored: the crawl is not finished.
-        assert s.has_pending_requests()
+        # In the engine's hands: the engine counts it, not the scheduler.
+        await wait_for(lambda: not s.has_pending_requests())
+        # Its response processed, with an item a pipeline holds (as the
+        # leases middleware and the storage pipeline report it): the crawl
+        # is not finished until the item is durable.
         item = PageItem(url=request.url, final_url=request.url, status=200,
                         fingerprint="00", lease=lease)  # fmt: skip
+        s.leases.yielded(lease, item)
+        s.leases.output_ended(lease)
+        crawler.signals.send_catch_log(item_held, item=item)
+        response = Response(request.url, request=request)
+        crawler.signals.send_catch_log(signals.item_scraped, item={}, response=response)
+        await asyncio.sleep(0.3)
+        assert s.has_pending_requests()
+        assert crawler.stats is not None
+        assert not crawler.stats.get_value("scheduler/acked")
         crawler.signals.send_catch_log(items_stored, items=[item])
         await wait_for(lambda: not s.has_pending_requests())
         assert crawler.stats is not None

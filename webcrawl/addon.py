@@ -32,7 +32,15 @@ from typing import TYPE_CHECKING, NoReturn
 
 import extensions.defaults
 import pipelines.defaults
-from extensions import addresses, charsets, config, politeness, traps
+from extensions import (
+    addresses,
+    charsets,
+    config,
+    leases,
+    politeness,
+    seedfeed,
+    traps,
+)
 from extensions.connection import RedisUnavailable, check_redis, resolve_redis_url
 from extensions.embedded_redis import (
     StopIfNeverOpened,
@@ -154,6 +162,11 @@ class Webcrawl:
         settings["DOWNLOADER_MIDDLEWARES"].update(RETRY_MIDDLEWARES)
         settings["DOWNLOADER_MIDDLEWARES"].update(charsets.DOWNLOADER_MIDDLEWARES)
         settings["SPIDER_MIDDLEWARES"].update(traps.SPIDER_MIDDLEWARES)
+        # Seeds from <spider>:start_urls and the idle rule, for any spider.
+        settings["SPIDER_MIDDLEWARES"].update(seedfeed.SPIDER_MIDDLEWARES)
+        # Where a leased request's processing is seen to end (outermost).
+        settings["SPIDER_MIDDLEWARES"].update(leases.SPIDER_MIDDLEWARES)
+        settings["DOWNLOADER_MIDDLEWARES"].update(leases.DOWNLOADER_MIDDLEWARES)
         if not settings.getbool("ROBOTS_ENABLED"):
             # Switched off explicitly: Scrapy's own obeys ROBOTSTXT_OBEY again.
             settings["DOWNLOADER_MIDDLEWARES"].pop(SCRAPY_ROBOTS, None)
