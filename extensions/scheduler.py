@@ -91,7 +91,14 @@ from extensions.connection import (
 )
 from extensions.dlq import DeadLetter, DeadLetters, dead_letter
 from extensions.failures import DELAY_META, FAILURE_META, classify_exception
-from extensions.frontier import PartitionedFrontier, QueuedRequest, Spilled, Worker
+from extensions.frontier import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    PartitionedFrontier,
+    QueuedRequest,
+    Spilled,
+    Worker,
+)
 from extensions.hosts import host_key
 from extensions.leases import LeaseBook, lease_of, lease_of_response
 from extensions.scoring import LocalHostCounts
@@ -264,6 +271,7 @@ class RedisScheduler(BaseScheduler):
         # the requests through the dupefilter again (they are marked seen).
         self._pending: _Batch | None = None
         self._warned_unserializable = False
+        self._warned_clamped = False
         self._wake_warned = False
         self._warned_poison = False
         self._beaten = False  # this worker is in the workers ZSET
@@ -387,12 +395,9 @@ class RedisScheduler(BaseScheduler):
         )
 
     def enqueue_request(self, request: Request) -> bool:
-        # Under the object the engine announced (request_scheduled), before
-        # canonicalizing makes a new one.
+        # Served back as it was made: the canonical URL is the dupefilter's
+        # key (extensions.dupefilter), never a replacement of the spider's.
         self._announced.pop(id(request), None)
-        canonical = canonicalize_url(request.url)
-        if canonical != request.url:
-            request = request.replace(url=canonical)
         if self._seen_before is not None and self._seen_before(request):
             # A repeat of a fingerprint this worker's dupefilter already
             # answered for (most links of a page): dropped before it is
@@ -888,8 +893,23 @@ class RedisScheduler(BaseScheduler):
                 else request.priority
             )
             self.host_counts.add(host)
+            if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+                self._clamped(request, priority)
             candidates.append((request, QueuedRequest(host, priority, member, delay)))
         return _Batch(candidates, acks, uuid.uuid4().hex[:12], seeds=seeds)
+
+    def _clamped(self, request: Request, priority: int) -> None:
+        """A priority beyond the frontier's range: the request keeps it (it
+        comes back with it), its queue order saturates at the range's end."""
+        self.stats.inc_value("scheduler/priority_clamped")
+        if not self._warned_clamped:
+            self._warned_clamped = True
+            logger.warning(
+                "Priority %s of %s is beyond the frontier's order (%s..%s): it "
+                "is queued at the nearest end, and keeps its priority "
+                "(counted in scheduler/priority_clamped; reported once)",
+                priority, request, PRIORITY_MIN, PRIORITY_MAX,
+            )  # fmt: skip
 
     def _unserializable(self, request: Request, exc: Exception) -> None:
         self.stats.inc_value("scheduler/unserializable")

@@ -243,7 +243,7 @@ def test_redirect_hands_over_its_lease(redis_url: str) -> None:
         child = parent.replace(url="http://a.test/new")  # meta (lease) copied
         s.enqueue_request(child)
         (got,) = await drain(s, 1)
-        assert got.url == "http://a.test/new"
+        assert got.url == child.url
         assert got.meta[FRONTIER_LEASE] != parent.meta[FRONTIER_LEASE]
         stats = crawler.stats
         assert stats is not None
@@ -295,9 +295,9 @@ def test_redirect_to_a_non_canonical_url_is_not_taken_for_refused(
     redis_url: str,
 ) -> None:
     # The engine announces a redirect in request_scheduled, then calls
-    # enqueue_request, which canonicalizes it into a new Request object: the
-    # announcement must be cleared under the object the engine announced,
-    # or the redirect is dead-lettered as refused though it was queued.
+    # enqueue_request: the announcement must be cleared under the object the
+    # engine announced, or the redirect is dead-lettered as refused though it
+    # was queued. It comes back as it was made (issue 23), not canonicalized.
     async def body() -> None:
         crawler = make_crawler(redis_url)
         s = await opened(crawler)
@@ -307,7 +307,7 @@ def test_redirect_to_a_non_canonical_url_is_not_taken_for_refused(
         crawler.signals.send_catch_log(signals.request_scheduled, request=child)
         assert s.enqueue_request(child)
         (got,) = await drain(s, 1)
-        assert got.url == "http://a.test/new"
+        assert got.url == child.url == "http://a.test/new#top"
         await asyncio.sleep(0.05)  # past the announcement check
         stats = crawler.stats
         assert stats is not None
@@ -404,6 +404,31 @@ def test_lost_dupefilter_answer_queues_the_batch(redis_url: str) -> None:
         assert got.url == "http://a.test/1"
         assert crawler.stats is not None
         assert crawler.stats.get_value("scheduler/dedup_uncertain") == 1
+        await s.close_async("finished")
+
+    run(body)
+
+
+def test_requests_come_back_as_they_were_made(redis_url: str) -> None:
+    """Issue 23: the URL as given (not its canonical form), the priority,
+    download_slot, and every one of identical dont_filter requests."""
+
+    async def body() -> None:
+        crawler = make_crawler(redis_url)
+        s = await opened(crawler)
+        made = [
+            Request("http://a.test/p?b=2&a=1&sid=0123456789abcdef", priority=7),
+            Request("http://a.test/same", dont_filter=True),
+            Request("http://a.test/same", dont_filter=True),
+            Request("http://b.test/", meta={"download_slot": "slot-b"}),
+        ]
+        for request in made:
+            assert s.enqueue_request(request)
+        got = await drain(s, 4)
+        assert sorted(r.url for r in got) == sorted(r.url for r in made)
+        by_url = {r.url: r for r in got}
+        assert by_url[made[0].url].priority == 7
+        assert by_url["http://b.test/"].meta["download_slot"] == "slot-b"
         await s.close_async("finished")
 
     run(body)

@@ -50,6 +50,7 @@ from scrapy.utils.sitemap import Sitemap
 
 import extensions.defaults
 from extensions import config
+from extensions.canonical import canonicalize_url
 from extensions.config import SettingsError
 from extensions.meta import (
     FRONTIER_LEASE,
@@ -188,7 +189,7 @@ class WebSpider(Spider):
             host = (urlsplit(request.url).hostname or "").lower()
             if host not in self.allowed_domains:
                 self.allowed_domains.append(host)
-        return request.replace(errback=self.on_error)
+        return request.replace(url=canonicalize_url(request.url), errback=self.on_error)
 
     def _on_closed(self) -> None:
         if self._pool is not None:
@@ -220,7 +221,7 @@ class WebSpider(Spider):
     def revisit_request(self, request: Request) -> Request:
         """Complete a revisit of the continuous crawl (extensions.recrawl):
         a failed revisit is recorded like any failed page."""
-        return request.replace(errback=self.on_error)
+        return request.replace(url=canonicalize_url(request.url), errback=self.on_error)
 
     def _fingerprint(self, request: Request) -> str:
         fingerprinter = self.crawler.request_fingerprinter
@@ -271,8 +272,9 @@ class WebSpider(Spider):
                     stats.inc_value(f"links/skipped/{skipped}")
                     continue
                 # DepthMiddleware sets meta["depth"]; RefererMiddleware the
-                # Referer header.
-                yield Request(url, errback=self.on_error)
+                # Referer header. The web spider fetches (and stores) pages
+                # under their canonical URL, its own choice.
+                yield Request(canonicalize_url(url), errback=self.on_error)
         yield item
 
     async def _extract(self, item: PageItem, url: str) -> Extracted:
@@ -346,7 +348,7 @@ class WebSpider(Spider):
             if in_scope:
                 freq = entry.get("changefreq") if self.recrawl else None
                 yield Request(
-                    url,
+                    canonicalize_url(url),
                     errback=self.on_error,
                     meta={SITEMAP_CHANGEFREQ: freq} if freq else None,
                 )
