@@ -78,6 +78,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
+from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.defer import Deferred
@@ -233,6 +234,11 @@ class RedisScheduler(BaseScheduler):
         self._seen_before: Callable[[Request], bool] | None = getattr(
             self.dupefilter, "seen_before", None
         )
+        # A dupefilter with a batch call (BloomDupeFilter) is asked once per
+        # outbox batch, after the write-ahead; any other BaseDupeFilter
+        # (RFPDupeFilter, BaseDupeFilter...) in enqueue_request, as Scrapy's
+        # own scheduler asks it: it keeps what it saw in this process.
+        self._batch_seen = getattr(self.dupefilter, "requests_seen", None)
         self.worker = worker_id()
         self.stats = crawler.stats
         self.spider: Spider | None = None
@@ -288,6 +294,8 @@ class RedisScheduler(BaseScheduler):
 
     async def open_async(self, spider: Spider) -> None:
         """Open the frontier and the dupefilter; start the background task."""
+        if problem := dupefilter_problem(type(self.dupefilter)):
+            raise TypeError(problem)
         self.spider = spider
         self.client = async_client(self.crawler)
         self.frontier = PartitionedFrontier(
@@ -398,6 +406,9 @@ class RedisScheduler(BaseScheduler):
         # Served back as it was made: the canonical URL is the dupefilter's
         # key (extensions.dupefilter), never a replacement of the spider's.
         self._announced.pop(id(request), None)
+        if self._batch_seen is None and self._request_seen(request):
+            self._redirect_loop(request)
+            return False
         if self._seen_before is not None and self._seen_before(request):
             # A repeat of a fingerprint this worker's dupefilter already
             # answered for (most links of a page): dropped before it is
@@ -414,6 +425,19 @@ class RedisScheduler(BaseScheduler):
         self._outbox.append((request, parent))
         self._wakeup.set()
         return True
+
+    def _request_seen(self, request: Request) -> bool:
+        """Scrapy's own scheduler's question to a dupefilter, and its log."""
+        if request.dont_filter or not self.dupefilter.request_seen(request):
+            return False
+        if type(self.dupefilter).log is not BaseDupeFilter.log:
+            self.dupefilter.log(request, self.spider)  # (BaseDupeFilter's warns)
+        return True
+
+    @property
+    def df(self) -> BaseDupeFilter:
+        """The dupefilter, under the name of Scrapy's own scheduler."""
+        return self.dupefilter  # type: ignore[no-any-return]
 
     def next_request(self) -> Request | None:
         if len(self._buffer) <= self.buffer_size // 2:
@@ -766,13 +790,13 @@ class RedisScheduler(BaseScheduler):
                 p.stage = Stage.LOGGED
             if p.stage is Stage.LOGGED:
                 checked = [r for r, _ in p.candidates if not r.dont_filter]
+                if self._batch_seen is None:
+                    checked = []  # asked in enqueue_request already
                 p.stage = Stage.UNCERTAIN
-                seen = iter(
-                    await self.dupefilter.requests_seen(checked) if checked else []
-                )
+                seen = iter(await self._batch_seen(checked) if checked else [])
                 p.queued = []
                 for request, queued in p.candidates:
-                    if not request.dont_filter and next(seen):
+                    if checked and not request.dont_filter and next(seen):
                         self._redirect_loop(request)
                         self.crawler.signals.send_catch_log(
                             signals.request_dropped, request=request, spider=self.spider
@@ -882,7 +906,11 @@ class RedisScheduler(BaseScheduler):
             # not travel on to a redirect or a deferral of the retry.
             delay = int(request.meta.pop(DELAY_META, 0) or 0)
             try:
-                member = request_to_bytes(request, self.spider)
+                # With a dupefilter that passes identical requests (e.g.
+                # BaseDupeFilter), each is its own queue member.
+                member = request_to_bytes(
+                    request, self.spider, unique=self._batch_seen is None
+                )
             except UnserializableRequest as exc:
                 self._unserializable(request, exc)
                 continue
@@ -913,6 +941,8 @@ class RedisScheduler(BaseScheduler):
 
     def _unserializable(self, request: Request, exc: Exception) -> None:
         self.stats.inc_value("scheduler/unserializable")
+        self.stats.inc_value("scheduler/enqueued/memory")
+        self.stats.inc_value("scheduler/enqueued")
         if not self._warned_unserializable:
             logger.warning(
                 "Unable to serialize request %s: %s - it is kept in this worker's "
@@ -1094,6 +1124,28 @@ class RedisScheduler(BaseScheduler):
                 "This Scrapy's engine has no _slot.nextcall: requests leased "
                 "from Redis wait for the engine's heartbeat (up to 5 s)"
             )
+
+
+def dupefilter_problem(cls: type) -> str | None:
+    """Why the scheduler cannot use dupefilter class ``cls``, or None: it
+    serves any ``BaseDupeFilter`` (a ``request_seen(request)``), and
+    :class:`~extensions.dupefilter.BloomDupeFilter`'s batch call.
+
+    >>> from scrapy.dupefilters import RFPDupeFilter
+    >>> dupefilter_problem(RFPDupeFilter) is None
+    True
+    >>> dupefilter_problem(object)
+    "DUPEFILTER_CLASS='builtins.object' is not allowed: use a scrapy.dupefilters.BaseDupeFilter (it has no request_seen())"
+    """
+    if callable(getattr(cls, "request_seen", None)) or callable(
+        getattr(cls, "requests_seen", None)
+    ):
+        return None
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    return (
+        f"DUPEFILTER_CLASS={name!r} is not allowed: use a "
+        "scrapy.dupefilters.BaseDupeFilter (it has no request_seen())"
+    )
 
 
 def wake_engine(crawler: Crawler) -> bool:

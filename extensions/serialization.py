@@ -172,8 +172,12 @@ def _request_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
             raise UnserializableRequest(str(exc)) from exc
 
 
-def request_to_bytes(request: Request, spider: Spider | None = None) -> bytes:
-    """Serialize ``request`` for the frontier.
+def request_to_bytes(
+    request: Request, spider: Spider | None = None, *, unique: bool = False
+) -> bytes:
+    """Serialize ``request`` for the frontier; ``unique`` tags it as a
+    ``dont_filter`` request is tagged (a scheduler whose dupefilter lets
+    identical requests through keeps each).
 
     >>> from scrapy import Request
     >>> request_to_bytes(Request("https://a.test/x"))
@@ -185,7 +189,7 @@ def request_to_bytes(request: Request, spider: Spider | None = None) -> bytes:
     url = d.pop("url")
     if "\n" in url:
         raise UnserializableRequest("URL contains a newline")
-    if d.get("dont_filter"):
+    if unique or d.get("dont_filter"):
         d[UNIQUE] = uuid.uuid4().hex[:12]
     meta = d.get("meta") or {}
     if any(k in meta for k in TRANSIENT_META):

@@ -30,6 +30,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, NoReturn
 
+from scrapy.utils.misc import load_object
+
 import extensions.defaults
 import pipelines.defaults
 from extensions import (
@@ -47,6 +49,7 @@ from extensions.embedded_redis import (
     embedded_unless_configured,
     webcrawl_home,
 )
+from extensions.scheduler import dupefilter_problem
 from webcrawl import defaults
 
 if TYPE_CHECKING:
@@ -95,6 +98,15 @@ def guarantee_problems(settings: BaseSettings) -> list[str]:
             "middleware: leave it False (ROBOTS_ENABLED=True obeys robots.txt), "
             "or set ROBOTS_ENABLED=False to use Scrapy's own"
         )
+    dupefilter = settings.get("DUPEFILTER_CLASS")
+    if settings.get("SCHEDULER") == SCHEDULER and dupefilter:
+        try:
+            cls = load_object(dupefilter)
+        except (ImportError, NameError, ValueError) as exc:
+            found.append(f"DUPEFILTER_CLASS={dupefilter!r} cannot be loaded: {exc}")
+        else:
+            if problem := dupefilter_problem(cls):
+                found.append(problem)
     lease = settings.getfloat("FRONTIER_LEASE_TIMEOUT")
     heartbeat = settings.getfloat("FRONTIER_HEARTBEAT_INTERVAL")
     if lease <= heartbeat:
@@ -147,10 +159,10 @@ class Webcrawl:
             config.check(settings, *DEFAULTS)
         except config.SettingsError as exc:
             refuse(exc)
-        if problems := guarantee_problems(settings):
-            refuse(config.SettingsError("; ".join(problems)))
         settings.set("SCHEDULER", SCHEDULER, "addon")
         settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
+        if problems := guarantee_problems(settings):
+            refuse(config.SettingsError("; ".join(problems)))
         # At "addon" priority: a FRONTIER_SPILL_STORE the project or the
         # command line sets (even empty: no spill) wins.
         settings.set("FRONTIER_SPILL_STORE", SPILL_STORE, "addon")
