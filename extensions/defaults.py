@@ -99,7 +99,7 @@ POLITENESS_MAX_WAIT: Annotated[float, Range(0)] = 30.0
 POLITENESS_MAX_DEFERRALS: Annotated[int, Range(0)] = 3
 # User agent identifying webcrawl with a contact (set USER_AGENT to it).
 WEBCRAWL_USER_AGENT = "webcrawl/0.1 (+https://example.com/webcrawl)"
-# Obey robots.txt through the fleet-wide cache (ROBOTSTXT_OBEY must then be False).
+# Obey robots.txt (when ROBOTSTXT_OBEY) through the fleet-wide cache, in place of Scrapy's middleware.
 ROBOTS_ENABLED = True
 # Seconds a fetched robots.txt is cached for the whole fleet.
 ROBOTS_TTL: Annotated[float, Range(above=0)] = 86400.0

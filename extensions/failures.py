@@ -2,7 +2,15 @@
 
 Settings read (defaults in :mod:`extensions.defaults`): ``FAILURE_POLICY_ENABLED``,
 ``RETRY_DELAY_JITTER``, ``RETRY_DELAY_SCALE``, ``RETRY_AFTER_MAX``,
-``RETRY_THROTTLED_TIME_BUDGET``.
+``RETRY_THROTTLED_TIME_BUDGET``; and Scrapy's retry settings, which bound
+what the policy retries (the policy decides when): ``RETRY_ENABLED`` (False:
+nothing is retried), ``RETRY_TIMES`` and the ``max_retry_times`` meta key
+(at most that many retries, in every class but ``retry_after``, where the
+server says when to come back: there only ``max_retry_times`` bounds them),
+``RETRY_HTTP_CODES`` and ``RETRY_EXCEPTIONS`` (a status or exception not
+listed is not retried: its class's failure is terminal at once) and
+``RETRY_PRIORITY_ADJUST`` (added to a retry's priority; ``meta["retry_times"]``
+counts the retries, as with Scrapy's ``RetryMiddleware``).
 
 Every failed download is put in one *failure class* (:func:`classify`), and
 the class's :class:`Policy` says whether it is retried, after how long (an
@@ -44,6 +52,7 @@ from scrapy.exceptions import (
     NotConfigured,
     ResponseDataLossError,
 )
+from scrapy.utils.misc import load_object
 from twisted.internet import error as twisted_error
 from twisted.web.client import ResponseFailed
 
@@ -365,6 +374,15 @@ class FailurePolicyMiddleware:
             s.getfloat("RETRY_THROTTLED_TIME_BUDGET"),
             s.getfloat("RETRY_DELAY_SCALE"),
         )
+        # Scrapy's retry settings bound the policy (module docstring).
+        self.retry_enabled = s.getbool("RETRY_ENABLED")
+        self.max_retry_times = s.getint("RETRY_TIMES")
+        self.retry_http_codes = frozenset(int(c) for c in s.getlist("RETRY_HTTP_CODES"))
+        self.retry_exceptions = tuple(
+            load_object(e) if isinstance(e, str) else e
+            for e in s.getlist("RETRY_EXCEPTIONS")
+        )
+        self.priority_adjust = s.getint("RETRY_PRIORITY_ADJUST")
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -380,7 +398,12 @@ class FailurePolicyMiddleware:
         if reason is None:
             return response
         retry = self._decide(
-            request, reason, response.status, f"HTTP {response.status}", retry_after
+            request,
+            reason,
+            response.status,
+            f"HTTP {response.status}",
+            retry_after,
+            final=response.status not in self.retry_http_codes,
         )
         return retry if retry is not None else response
 
@@ -398,7 +421,8 @@ class FailurePolicyMiddleware:
             # policy; the errback still classifies a final failure.
             return None
         error = f"{type(exception).__name__}: {exception}"[:500]
-        return self._decide(request, reason, None, error, None, final=bool(verdict))
+        final = bool(verdict) or not isinstance(exception, self.retry_exceptions)
+        return self._decide(request, reason, None, error, None, final=final)
 
     def _decide(
         self,
@@ -410,13 +434,14 @@ class FailurePolicyMiddleware:
         *,
         final: bool = False,
     ) -> Request | None:
-        """``final``: given up whatever the policy (a host verdict)."""
+        """``final``: given up whatever the policy (a host verdict, a status
+        or exception Scrapy's retry settings do not retry)."""
         stats = self.crawler.stats
         assert stats is not None
         now = time.time()
         record = request.meta.get(FAILURE_META) or {}
         decision = self.policy.decide(reason, record, now, retry_after)
-        if final:
+        if final or not self._may_retry(request, reason, decision.attempts):
             decision = Decision(reason, False, 0.0, decision.attempts, decision.waited)
         request.meta[FAILURE_META] = failure_record(
             request, decision, now, status, error
@@ -426,7 +451,7 @@ class FailurePolicyMiddleware:
             if reason in POLICIES and POLICIES[reason].retried:
                 stats.inc_value("retry/max_reached")
             logger.info(
-                "Gave up %s after %d attempts (%s: %s)",
+                "Gave up retrying %s after %d attempts (%s: %s)",
                 request.url, decision.attempts, reason, error,
             )  # fmt: skip
             return None
@@ -439,4 +464,21 @@ class FailurePolicyMiddleware:
         )  # fmt: skip
         meta = dict(request.meta)
         meta[DELAY_META] = round(decision.delay * 1000)
-        return request.replace(dont_filter=True, meta=meta)
+        meta["retry_times"] = decision.attempts  # retries, this one included
+        return request.replace(
+            dont_filter=True,
+            meta=meta,
+            priority=request.priority + self.priority_adjust,
+        )
+
+    def _may_retry(self, request: Request, reason: str, attempts: int) -> bool:
+        """Whether Scrapy's retry settings let a request that failed its
+        ``attempts``-th time be tried again."""
+        if not self.retry_enabled:
+            return False
+        limit = request.meta.get("max_retry_times")
+        if limit is None:
+            if reason == "retry_after":
+                return True  # the server's word, bounded by its time budget
+            limit = self.max_retry_times
+        return attempts <= int(limit)

@@ -148,11 +148,16 @@ def robots_crawl(
     client.close()
 
 
-def test_refuses_to_run_beside_scrapys_robots() -> None:
-    with pytest.raises(NotConfigured, match="ROBOTSTXT_OBEY"):
+def test_robotstxt_obey_false_means_no_robots() -> None:
+    """Scrapy's meaning (issue 23): ROBOTSTXT_OBEY=False obeys no robots.txt,
+    said in one line (Scrapy logs a NotConfigured reason as a warning)."""
+    with pytest.raises(NotConfigured, match="ROBOTSTXT_OBEY is False"):
         SharedRobotsTxtMiddleware.from_crawler(
-            get_crawler(settings_dict={"ROBOTSTXT_OBEY": True})
+            get_crawler(settings_dict={"ROBOTSTXT_OBEY": False})
         )
+    assert SharedRobotsTxtMiddleware.from_crawler(
+        get_crawler(settings_dict={"ROBOTSTXT_OBEY": True})
+    )
 
 
 def test_can_be_switched_off() -> None:

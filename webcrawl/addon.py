@@ -87,17 +87,11 @@ def guarantee_problems(settings: BaseSettings) -> list[str]:
     """Values each in range that together would switch a guarantee off.
 
     A guarantee (politeness, robots.txt, storage) goes off only through its
-    own ``*_ENABLED`` flag, never as a side effect of another setting.
+    own ``*_ENABLED`` flag (robots.txt also through Scrapy's own
+    ``ROBOTSTXT_OBEY=False``, said in a warning line), never as a side
+    effect of another setting.
     """
     found = []
-    if settings.getbool("ROBOTS_ENABLED") and settings.getbool("ROBOTSTXT_OBEY"):
-        # The shared middleware refuses to run beside Scrapy's, and the
-        # add-on switches Scrapy's off: no robots.txt would be obeyed at all.
-        found.append(
-            "ROBOTSTXT_OBEY=True would switch off the fleet-wide robots.txt "
-            "middleware: leave it False (ROBOTS_ENABLED=True obeys robots.txt), "
-            "or set ROBOTS_ENABLED=False to use Scrapy's own"
-        )
     dupefilter = settings.get("DUPEFILTER_CLASS")
     if settings.get("SCHEDULER") == SCHEDULER and dupefilter:
         try:
@@ -166,9 +160,9 @@ class Webcrawl:
         # At "addon" priority: a FRONTIER_SPILL_STORE the project or the
         # command line sets (even empty: no spill) wins.
         settings.set("FRONTIER_SPILL_STORE", SPILL_STORE, "addon")
-        # Our robots middleware shares one robots.txt fetch per host across
-        # the fleet and replaces Scrapy's per-process one.
-        settings.set("ROBOTSTXT_OBEY", False, "addon")
+        # ROBOTSTXT_OBEY keeps Scrapy's meaning; our robots middleware obeys
+        # it with one robots.txt fetch per host for the whole fleet, in place
+        # of Scrapy's per-process one (politeness.DOWNLOADER_MIDDLEWARES).
         settings["DOWNLOADER_MIDDLEWARES"].update(politeness.DOWNLOADER_MIDDLEWARES)
         settings["DOWNLOADER_MIDDLEWARES"].update(addresses.DOWNLOADER_MIDDLEWARES)
         settings["DOWNLOADER_MIDDLEWARES"].update(RETRY_MIDDLEWARES)

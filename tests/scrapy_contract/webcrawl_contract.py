@@ -10,9 +10,10 @@ on ``PYTHONPATH``). It changes nothing in Scrapy's tests; it:
   ``Crawler`` Scrapy's tests build, below their own settings, with the
   settings a test run needs: loopback allowed (the mock server), a
   private ``WEBCRAWL_HOME``, state kept for the next run only with a
-  ``JOBDIR`` (``SCHEDULER_PERSIST``, as Scrapy keeps it only there), a short ``MAX_IDLE_TIME_BEFORE_CLOSE`` (a
-  worker otherwise runs as a service), a fast heartbeat and retry delays
-  scaled down (the failure policy still decides them);
+  ``JOBDIR`` (``SCHEDULER_PERSIST``, as Scrapy keeps it only there), a
+  short ``MAX_IDLE_TIME_BEFORE_CLOSE`` (a worker otherwise runs as a
+  service), a fast heartbeat, and retry and back-off delays scaled down
+  (the failure policy still decides them);
 * makes the tests that build Scrapy's ``Scheduler`` by name build the
   webcrawl scheduler instead (``test_scheduler.py``, ``test_dupefilters.py``);
 * skips the tests listed in :data:`INAPPLICABLE` with their reason (the
@@ -45,6 +46,7 @@ SETTINGS: dict[str, Any] = {
     "SEED_POLL_INTERVAL": 0.1,
     "FRONTIER_HEARTBEAT_INTERVAL": 0.5,
     "RETRY_DELAY_SCALE": 0.001,
+    "BACKOFF_INITIAL": 0.01,
     "STATS_FOLD_INTERVAL": 60,
     "LOGSTATS_INTERVAL": 0,
 }
@@ -53,28 +55,27 @@ SETTINGS: dict[str, Any] = {
 # apply to a distributed scheduler. Kept in step with the README.
 INAPPLICABLE: dict[str, str] = {}
 
-_redis: RedisProcess | None = None
+_REDIS: list[RedisProcess] = []  # the session's redis-server
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _redis
     home = Path(tempfile.mkdtemp(prefix="webcrawl-contract-"))
-    _redis = RedisProcess(home / "redis")
-    _redis.start()
-    os.environ["REDIS_URL"] = _redis.url
+    server = RedisProcess(home / "redis")
+    server.start()
+    _REDIS.append(server)
+    os.environ["REDIS_URL"] = server.url
     os.environ["WEBCRAWL_HOME"] = str(home / "home")
     _patch_crawler()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _redis is not None:
-        _redis.stop()
+    for server in _REDIS:
+        server.stop()
 
 
 @pytest.fixture(autouse=True)
 def _fresh_redis() -> None:
-    assert _redis is not None
-    client = redis.Redis.from_url(_redis.url)
+    client = redis.Redis.from_url(_REDIS[0].url)
     client.flushall()
     client.close()
 
