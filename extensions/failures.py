@@ -53,6 +53,8 @@ from scrapy.exceptions import (
     ResponseDataLossError,
 )
 from scrapy.utils.misc import load_object
+from scrapy.utils.python import global_object_name
+from scrapy.utils.response import response_status_message
 from twisted.internet import error as twisted_error
 from twisted.web.client import ResponseFailed
 
@@ -305,11 +307,13 @@ class FailurePolicy:
         record: dict[str, Any],
         now: float,
         retry_after: float | None = None,
+        max_attempts: int | None = None,
     ) -> Decision:
         """``record`` is the request's failure record so far (``attempts``,
         ``first``, ``waited``); the decision counts this failure. The time
         spent is the later of the clock since the first failure and the sum
-        of the delays scheduled (a retry cannot come before its due time)."""
+        of the delays scheduled (a retry cannot come before its due time).
+        ``max_attempts``: in place of the class's own attempt count."""
         attempts = int(record.get("attempts", 0)) + 1
         first = float(record.get("first") or now)
         waited = float(record.get("waited") or 0.0)
@@ -324,7 +328,8 @@ class FailurePolicy:
             delay = backoff_delay(
                 policy, attempts, self.jitter, random.uniform(-1.0, 1.0)
             )
-        out_of_attempts = policy.attempts and attempts >= policy.attempts
+        limit = policy.attempts if max_attempts is None else max_attempts
+        out_of_attempts = limit and attempts >= limit
         spent = max(now - first, waited) + delay
         out_of_time = policy.budget and spent > policy.budget
         if out_of_attempts or out_of_time:
@@ -404,6 +409,7 @@ class FailurePolicyMiddleware:
             f"HTTP {response.status}",
             retry_after,
             final=response.status not in self.retry_http_codes,
+            scrapy_reason=response_status_message(response.status),
         )
         return retry if retry is not None else response
 
@@ -411,6 +417,10 @@ class FailurePolicyMiddleware:
         self, request: Request, exception: Exception
     ) -> Request | None:
         reason = classify_exception(exception)
+        if reason is None and isinstance(exception, self.retry_exceptions):
+            # Listed in RETRY_EXCEPTIONS, known to no class: retried as a
+            # connection failure (Scrapy retries whatever the list names).
+            reason = "connection"
         verdict = request.meta.get(HOST_DOWN_META)
         if reason is not None and verdict:
             # Set by the back-off middleware (560): the host is judged down
@@ -422,7 +432,15 @@ class FailurePolicyMiddleware:
             return None
         error = f"{type(exception).__name__}: {exception}"[:500]
         final = bool(verdict) or not isinstance(exception, self.retry_exceptions)
-        return self._decide(request, reason, None, error, None, final=final)
+        return self._decide(
+            request,
+            reason,
+            None,
+            error,
+            None,
+            final=final,
+            scrapy_reason=global_object_name(exception.__class__),
+        )
 
     def _decide(
         self,
@@ -433,14 +451,24 @@ class FailurePolicyMiddleware:
         retry_after: float | None,
         *,
         final: bool = False,
+        scrapy_reason: str = "",
     ) -> Request | None:
         """``final``: given up whatever the policy (a host verdict, a status
-        or exception Scrapy's retry settings do not retry)."""
+        or exception Scrapy's retry settings do not retry); ``scrapy_reason``:
+        the reason Scrapy's RetryMiddleware would count it under."""
         stats = self.crawler.stats
         assert stats is not None
         now = time.time()
         record = request.meta.get(FAILURE_META) or {}
-        decision = self.policy.decide(reason, record, now, retry_after)
+        # A request's own max_retry_times says how many (Scrapy's meaning).
+        exact = request.meta.get("max_retry_times")
+        decision = self.policy.decide(
+            reason,
+            record,
+            now,
+            retry_after,
+            None if exact is None else max(1, int(exact) + 1),
+        )
         if final or not self._may_retry(request, reason, decision.attempts):
             decision = Decision(reason, False, 0.0, decision.attempts, decision.waited)
         request.meta[FAILURE_META] = failure_record(
@@ -455,9 +483,11 @@ class FailurePolicyMiddleware:
                 request.url, decision.attempts, reason, error,
             )  # fmt: skip
             return None
-        # Scrapy's RetryMiddleware's stats names, for dashboards built on them.
+        # Scrapy's RetryMiddleware's stats names, for dashboards built on them
+        # (its reasons too: a status text or an exception's class path).
         stats.inc_value("retry/count")
         stats.inc_value(f"retry/reason_count/{reason}")
+        stats.inc_value(f"retry/reason_count/{scrapy_reason}")
         logger.debug(
             "Retrying %s in %.1f s (%s, attempt %d)",
             request.url, decision.delay, reason, decision.attempts,

@@ -14,8 +14,9 @@ on ``PYTHONPATH``). It changes nothing in Scrapy's tests; it:
   short ``MAX_IDLE_TIME_BEFORE_CLOSE`` (a worker otherwise runs as a
   service), a fast heartbeat, and retry and back-off delays scaled down
   (the failure policy still decides them);
-* makes the tests that build Scrapy's ``Scheduler`` by name build the
-  webcrawl scheduler instead (``test_scheduler.py``, ``test_dupefilters.py``);
+* makes the tests that build Scrapy's ``Scheduler``, ``RobotsTxtMiddleware``
+  or ``RetryMiddleware`` by name build webcrawl's replacements instead
+  (:data:`REPLACED`);
 * skips the tests listed in :data:`INAPPLICABLE` with their reason (the
   README's "Your own spiders" lists them).
 """
@@ -33,6 +34,8 @@ from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 
 from extensions.embedded_redis import RedisProcess
+from extensions.failures import FailurePolicyMiddleware
+from extensions.robots import SharedRobotsTxtMiddleware
 from extensions.scheduler import RedisScheduler
 from webcrawl.addon import install_defaults
 
@@ -51,9 +54,112 @@ SETTINGS: dict[str, Any] = {
     "LOGSTATS_INTERVAL": 0,
 }
 
-# Scrapy test id (path::[class::]name, without parameters) -> why it cannot
-# apply to a distributed scheduler. Kept in step with the README.
-INAPPLICABLE: dict[str, str] = {}
+# Scrapy's classes that webcrawl's replace: their test files test ours.
+REPLACED = {
+    "Scheduler": RedisScheduler,
+    "RobotsTxtMiddleware": SharedRobotsTxtMiddleware,
+    "RetryMiddleware": FailurePolicyMiddleware,
+}
+
+_SYNC = (
+    "calls next_request() right after enqueue_request(), with no turn of the "
+    "event loop: a distributed scheduler hands out only what it leased from "
+    "Redis, a round trip later (the same test passes after a reopen)"
+)
+_MOCKED_ROBOTS = (
+    "drives Scrapy's per-process middleware on a MagicMock crawler (bare "
+    "settings, no Redis, a mocked engine.download_async); the fleet-wide "
+    "middleware that replaces it is tested on real servers by tests/test_robots*.py"
+)
+_DNS_ONCE = (
+    "the failure policy retries a name that does not resolve once, within "
+    "its time budget: RETRY_TIMES and max_retry_times bound a class's "
+    "attempts, they do not raise them past the policy's"
+)
+# Scrapy test id (path::[class::]name[params]) -> why it cannot apply to a
+# distributed scheduler. The README's "Your own spiders" lists the same.
+INAPPLICABLE: dict[str, str] = {
+    "tests/test_scheduler.py::TestSchedulerInMemory::test_dequeue": _SYNC,
+    "tests/test_scheduler.py::TestSchedulerInMemory::test_dequeue_priorities": _SYNC,
+    "tests/test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_dequeue": _SYNC,  # noqa: E501
+    "tests/test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::"
+    "test_dequeue_priorities": _SYNC,
+    "tests/test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_logic": _SYNC,  # noqa: E501
+    "tests/test_scheduler.py::TestSchedulerWithDownloaderAwareOnDisk::test_logic": (
+        "fairness across download_slot names: the frontier queues and spaces "
+        "requests per host, its politeness unit (the six requests share one host)"
+    ),
+    "tests/test_scheduler.py::TestMigration::test_migration": (
+        "a JOBDIR queue written with one SCHEDULER_PRIORITY_QUEUE, read with "
+        "another: the frontier keeps no JOBDIR queue, uses no priority queue class"
+    ),
+    "tests/test_scheduler.py::TestIncompatibility::test_incompatibility": (
+        "SCHEDULER_PRIORITY_QUEUE with CONCURRENT_REQUESTS_PER_IP: a setting of "
+        "a priority queue class the frontier does not use"
+    ),
+    "tests/test_scheduler.py::test_scheduler_without_crawler": (
+        "a scheduler without a crawler: the Redis scheduler reads REDIS_URL "
+        "and the frontier's settings from the crawler"
+    ),
+    "tests/test_dupefilters.py::TestRFPDupeFilter::test_df_direct_scheduler": (
+        "a DUPEFILTER_CLASS that is no BaseDupeFilter (no request_seen()) is "
+        "refused at start, in one line"
+    ),
+    "tests/test_dupefilters.py::TestRFPDupeFilter::test_seenreq_truncated": (
+        "truncates JOBDIR/requests.seen: the Bloom dupefilter's seen set is in Redis"
+    ),
+    "tests/test_dupefilters.py::TestRFPDupeFilter::test_log_debug[None]": (
+        "the default (Bloom) dupefilter logs Scrapy's lines under its own "
+        "logger, extensions.dupefilter"
+    ),
+    "tests/test_dupefilters.py::TestRFPDupeFilter::test_fingerprints_deprecation": (
+        "RFPDupeFilter.fingerprints: the in-memory set the Bloom dupefilter "
+        "does not keep"
+    ),
+    "tests/test_crawl.py::TestCrawl::test_retry_dns_error": _DNS_ONCE,
+    "tests/test_engine.py::TestSpiderIdle::test_dont_close_spider": (
+        "a fleet worker waits MAX_IDLE_TIME_BEFORE_CLOSE with nothing to do "
+        "before it closes (other workers may hand it work), asking spider_idle "
+        "again meanwhile: the handler runs more than twice"
+    ),
+    **{
+        f"tests/test_downloadermiddleware_robotstxt.py::TestRobotsTxtMiddleware::{t}": (
+            _MOCKED_ROBOTS
+        )
+        for t in (
+            "test_robotstxt_settings",
+            "test_robotstxt",
+            "test_robotstxt_emits_robots_parsed_signal",
+            "test_robotstxt_multiple_reqs",
+            "test_robotstxt_multiple_reqs_asyncio",
+            "test_robotstxt_ready_parser",
+            "test_robotstxt_meta",
+            "test_robotstxt_garbage",
+            "test_robotstxt_empty_response",
+            "test_robotstxt_error",
+            "test_robotstxt_immediate_error",
+            "test_ignore_robotstxt_request",
+            "test_robotstxt_user_agent_setting",
+            "test_robotstxt_local_file",
+        )
+    },
+    "tests/test_downloadermiddleware_retry.py::TestRetry::test_give_up_log_level_setting": (  # noqa: E501
+        "RETRY_GIVE_UP_LOG_LEVEL: the failure policy logs a give-up at INFO "
+        "(its dead letter is the record)"
+    ),
+    "tests/test_downloadermiddleware_retry.py::TestRetry::test_give_up_log_level_meta": (  # noqa: E501
+        "the give_up_log_level meta key: the failure policy logs a give-up at "
+        "INFO (its dead letter is the record)"
+    ),
+    "tests/test_downloadermiddleware_retry.py::TestRetry::test_twistederrors": _DNS_ONCE,  # noqa: E501
+    "tests/test_downloadermiddleware_retry.py::TestMaxRetryTimes::test_without_metakey": (  # noqa: E501
+        _DNS_ONCE
+    ),
+    "tests/test_downloadermiddleware_retry.py::TestMaxRetryTimes::"
+    "test_with_metakey_greater": _DNS_ONCE,
+    "tests/test_downloadermiddleware_retry.py::TestMaxRetryTimes::"
+    "test_with_metakey_lesser": _DNS_ONCE,
+}
 
 _REDIS: list[RedisProcess] = []  # the session's redis-server
 
@@ -106,15 +212,14 @@ def _patch_crawler() -> None:
     Crawler.__init__ = __init__  # type: ignore[method-assign]
 
 
-def _test_id(item: pytest.Item) -> str:
-    return item.nodeid.split("[", 1)[0]
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         module = getattr(item, "module", None)
-        if module is not None and getattr(module, "Scheduler", None) is not None:
-            module.Scheduler = RedisScheduler
-        reason = INAPPLICABLE.get(_test_id(item))
+        for name, ours in REPLACED.items():
+            if module is not None and getattr(module, name, None) is not None:
+                setattr(module, name, ours)
+        reason = INAPPLICABLE.get(item.nodeid) or INAPPLICABLE.get(
+            item.nodeid.split("[", 1)[0]
+        )
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=f"inapplicable: {reason}"))
