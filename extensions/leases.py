@@ -21,9 +21,8 @@ of Scrapy's own request life cycle, a response is *fully processed* when:
 
 A download that fails for good reaches the spider's errback, whose output
 Scrapy does not pass through spider middlewares: :class:`LeaseDownloaderMiddleware`,
-the outermost downloader middleware, sees the failure on its way and follows
-the errback's output the same way (it wraps the errback of that one request
-for the one call, and puts the spider's own errback back before calling it).
+the outermost downloader middleware, follows it the same way (it stands in
+for the errback of a leased request while it is downloaded, see there).
 A callback that raises (``spider_error``) ends its lease too, with a dead
 letter (the scheduler's).
 
@@ -270,10 +269,17 @@ class LeaseSpiderMiddleware:
 
 
 class LeaseDownloaderMiddleware:
-    """The outermost downloader middleware: a leased request whose download
-    failed for good reaches the spider here. The scheduler files its dead
-    letter (if the failure is terminal) and the lease ends once the
-    errback's output is consumed, or at once without an errback."""
+    """The outermost downloader middleware: follows a leased request whose
+    download fails for good to the end of its errback's output.
+
+    Scrapy calls ``request.errback`` for a failure however it arose (a
+    download error, or an exception a downloader middleware raised in
+    ``process_response``, where no ``process_exception`` sees it). So on
+    the way out (``process_request``) the request's errback is replaced by a
+    :class:`FollowedErrback` for the time it is downloaded; a response puts
+    the spider's own back on the way in (``process_response``), and the
+    scheduler puts it back on any copy it is given (a redirect, retry or
+    deferral), so the spider never sees it outside its errback's call."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -282,54 +288,71 @@ class LeaseDownloaderMiddleware:
     def from_crawler(cls, crawler: Crawler) -> LeaseDownloaderMiddleware:
         return cls(crawler)
 
-    def process_exception(self, request: Request, exception: Exception) -> None:
+    def process_request(self, request: Request) -> None:
         scheduler = _leasing_scheduler(self.crawler)
         lease = lease_of(request)
         if scheduler is None or lease is None or not scheduler.leases.tracks(lease):
             return
-        book: LeaseBook = scheduler.leases
-        scheduler.download_failed(request, exception)
-        errback = request.errback
-        if errback is None:
-            book.output_ended(lease)  # Scrapy logs the failure; nothing follows
-            return
-        request.errback = _FollowedErrback(request, errback, scheduler, book, lease)
+        if not isinstance(request.errback, FollowedErrback):
+            request.errback = FollowedErrback(
+                request, request.errback, scheduler, lease
+            )
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        unwrap(request)
+        return response
 
 
-class _FollowedErrback:
-    """The errback of one failed request, called once by Scrapy's scraper:
-    puts the spider's own errback back on the request first (so the spider
-    sees its request unchanged), calls it and follows its output."""
+def unwrap(request: Request) -> Request:
+    """Put the spider's own errback back on ``request`` (in place)."""
+    errback = request.errback
+    if isinstance(errback, FollowedErrback):
+        request.errback = errback.errback
+    return request
+
+
+class FollowedErrback:
+    """The errback of one leased request while it is downloaded. Called by
+    Scrapy's scraper when the download failed for good: puts the spider's
+    own errback back (the spider sees its request unchanged), has the
+    scheduler file the dead letter of a terminal failure, then calls the
+    spider's errback (or, without one, hands the failure back for Scrapy to
+    log) and follows its output."""
 
     def __init__(
         self,
         request: Request,
-        errback: Callable[[Failure], Any],
+        errback: Callable[[Failure], Any] | None,
         scheduler: Any,
-        book: LeaseBook,
         lease: str,
     ) -> None:
         self.request = request
         self.errback = errback
         self.scheduler = scheduler
-        self.book = book
         self.lease = lease
         self.__name__ = getattr(errback, "__name__", "errback")
 
     def __call__(self, failure: Failure) -> Any:
-        self.request.errback = self.errback
+        # Scrapy sets failure.request to the request it calls back for.
+        found = getattr(failure, "request", None)
+        request = found if isinstance(found, Request) else self.request
+        unwrap(request)
+        unwrap(self.request)
+        book: LeaseBook = self.scheduler.leases
+        self.scheduler.download_failed(request, failure.value, self.errback)
+        if self.errback is None:
+            book.output_ended(self.lease)
+            return failure  # Scrapy logs the download error, as without us
         try:
             output = self.errback(failure)
         except Exception as exc:
-            self.scheduler.output_failed(self.request, exc)
+            self.scheduler.output_failed(request, exc)
             raise
         if output is None or isinstance(output, Failure):
             # Nothing, or the failure itself (Scrapy re-raises it).
-            self.book.output_ended(self.lease)
+            book.output_ended(self.lease)
             return output
-        return _follow(
-            self.scheduler, self.book, self.lease, _outputs(output), self.request
-        )
+        return _follow(self.scheduler, book, self.lease, _outputs(output), request)
 
 
 async def _outputs(output: Any) -> AsyncIterator[Any]:

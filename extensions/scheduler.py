@@ -101,7 +101,7 @@ from extensions.frontier import (
     Worker,
 )
 from extensions.hosts import host_key
-from extensions.leases import LeaseBook, lease_of, lease_of_response
+from extensions.leases import LeaseBook, lease_of, lease_of_response, unwrap
 from extensions.scoring import LocalHostCounts
 from extensions.scripts import server_now_ms
 from extensions.serialization import (
@@ -406,6 +406,9 @@ class RedisScheduler(BaseScheduler):
         # Served back as it was made: the canonical URL is the dupefilter's
         # key (extensions.dupefilter), never a replacement of the spider's.
         self._announced.pop(id(request), None)
+        # A redirect, retry or deferral of a leased request is a copy made
+        # while the leases middleware stood in for its errback.
+        unwrap(request)
         if not self._batch_dedup and self._request_seen(request):
             self._redirect_loop(request)
             return False
@@ -494,7 +497,12 @@ class RedisScheduler(BaseScheduler):
         if record.get("terminal") and record.get("reason"):
             self._dead_letter(request, str(record["reason"]), status=response.status)
 
-    def download_failed(self, request: Request, exception: BaseException) -> None:
+    def download_failed(
+        self,
+        request: Request,
+        exception: BaseException,
+        errback: Callable[..., Any] | None = None,
+    ) -> None:
         """A leased request's download failed for good: a terminal failure
         (its class's attempts spent, or a failure no retry can fix) is dead
         lettered before its lease can end. A request without an errback
@@ -510,7 +518,7 @@ class RedisScheduler(BaseScheduler):
             return  # a filter's refusal (robots.txt, offsite): not a failure
         error = None if record else f"{type(exception).__name__}: {exception}"[:500]
         self._dead_letter(
-            request, str(reason), error=error, recorded=request.errback is not None
+            request, str(reason), error=error, recorded=errback is not None
         )
 
     def output_failed(
@@ -564,7 +572,7 @@ class RedisScheduler(BaseScheduler):
         ``recorded``: the spider records the page itself (its errback);
         otherwise the page store is asked to (``dead_letters_unrecorded``)."""
         try:
-            letter = dead_letter(request, self.spider, reason, status=status,
+            letter = dead_letter(unwrap(request), self.spider, reason, status=status,
                                  error=error)  # fmt: skip
         except UnserializableRequest:
             return
@@ -627,7 +635,7 @@ class RedisScheduler(BaseScheduler):
 
     def _letter(self, request: Request, reason: str, error: str) -> DeadLetter | None:
         try:
-            return dead_letter(request, self.spider, reason, error=error)
+            return dead_letter(unwrap(request), self.spider, reason, error=error)
         except UnserializableRequest:
             return None
 
