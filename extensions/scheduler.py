@@ -338,10 +338,12 @@ class RedisScheduler(BaseScheduler):
             self.worker,
             self.persist,
         )
-        # One round now, so the scheduler knows what Redis holds for the
-        # crawl before the engine first asks: a resumed crawl must not look
-        # finished (and close) in the instant before its first lease.
-        await self._retrying(self._step)
+        # Know what Redis holds for the crawl before the engine first asks: a
+        # resumed crawl must not look finished (and close) in the instant
+        # before its first lease. Nothing is leased here: the engine is not
+        # running yet, and a lease held through the rest of its start-up
+        # could expire before its first renewal on a loaded machine.
+        await self._retrying(self._learn_pending)
         self._task = asyncio.ensure_future(self._run())
 
     def close(self, reason: str) -> Deferred[None]:
@@ -1020,6 +1022,17 @@ class RedisScheduler(BaseScheduler):
             self._next_poll = now + min(batch.wait_ms / 1000, IDLE_POLL)
         else:
             self._next_poll = now + IDLE_POLL
+
+    async def _learn_pending(self) -> None:
+        """What the crawl holds in Redis, as pending work (no lease taken):
+        queued hosts (due, spaced or parked: the first lease round tells
+        them apart), retries and other workers' leases."""
+        assert self.frontier is not None
+        hosts, leased = await self.frontier.counts()
+        retries = await self.frontier.retries()
+        self._remote_ready = int(bool(hosts or retries))
+        self._remote_leases = leased
+        self._count_others(leased)
 
     async def _heartbeat(self) -> None:
         assert self.frontier is not None
