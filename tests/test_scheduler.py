@@ -432,3 +432,28 @@ def test_requests_come_back_as_they_were_made(redis_url: str) -> None:
         await s.close_async("finished")
 
     run(body)
+
+
+def test_a_resumed_crawl_is_pending_right_after_open(redis_url: str) -> None:
+    """Issue 23: a worker resuming a persisted crawl must not look finished
+    (and close) in the instant before its first lease, whatever the spider;
+    a host waiting out its DOWNLOAD_DELAY is pending too."""
+
+    async def body() -> None:
+        first = await opened(make_crawler(redis_url, DOWNLOAD_DELAY=30))
+        first.enqueue_request(Request("http://a.test/1"))
+        first.enqueue_request(Request("http://a.test/2"))
+        await first.close_async("finished")
+        crawler = make_crawler(redis_url, DOWNLOAD_DELAY=30)
+        s = RedisScheduler.from_crawler(crawler)
+        assert crawler.spider is not None
+        await s.open_async(crawler.spider)
+        assert s.has_pending_requests()  # before any lease round
+        (got,) = await drain(s, 1)
+        # Its host now waits out 30 s: not due, but pending.
+        await asyncio.sleep(0.5)
+        assert s.next_request() is None
+        assert s.has_pending_requests()
+        await s.close_async("finished")
+
+    run(body)
