@@ -164,14 +164,24 @@ class CallbackSpider(Spider):
 
 
 @pytest.mark.parametrize(
-    "name", ["close", "_private", "__init__", "start", "log", "nope", "crawler"]
+    "name", ["close", "_set_crawler", "__init__", "start", "log", "nope", "crawler"]
 )
-def test_callbacks_must_be_the_spiders_own_public_methods(name: str) -> None:
+def test_callbacks_must_be_the_spiders_own_methods(name: str) -> None:
+    """Scrapy's own attributes (public or private), dunders and names the
+    spider does not have are refused: a shared Redis holds data, and must
+    not choose what a worker runs. The spider's own methods, private ones
+    too (CrawlSpider rules call back ``_callback``), are its code."""
     spider = CallbackSpider()
     with pytest.raises(CorruptEntry, match="is not a spider method"):
         request_from_bytes(f'http://a.test/\n{{"c":"{name}"}}'.encode(), spider)
     with pytest.raises(CorruptEntry, match="is not a spider method"):
         request_from_bytes(f'http://a.test/\n{{"e":"{name}"}}'.encode(), spider)
+
+
+def test_a_private_method_of_the_spiders_own_code_is_a_callback() -> None:
+    spider = CallbackSpider()
+    request = request_from_bytes(b'http://a.test/\n{"c":"_private"}', spider)
+    assert request.callback == spider._private
 
 
 def test_known_request_classes_and_callbacks_round_trip() -> None:

@@ -511,9 +511,12 @@ def test_two_schedulers_share_a_partitioned_frontier(redis_url: str) -> None:
             await asyncio.sleep(0.01)
         assert Counter(r.url for _, _, r in got) == Counter(urls)
         assert {s for s, _, _ in got} == {a, b}  # both leased
-        for _, c, r in got:
+        for s, c, r in got:
             item = PageItem(url=r.url, final_url=r.url, status=200,
                             fingerprint="00", lease=r.meta[FRONTIER_LEASE])  # fmt: skip
+            # The response's output ended (as the leases spider middleware
+            # reports it) and its item is durable: the lease may end.
+            s.leases.output_ended(r.meta[FRONTIER_LEASE])
             c.signals.send_catch_log(items_stored, items=[item])
         async with aredis.Redis.from_url(redis_url) as client:
             f = PartitionedFrontier(client, "web", P)

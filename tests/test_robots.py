@@ -149,11 +149,16 @@ def robots_crawl(
     client.close()
 
 
-def test_refuses_to_run_beside_scrapys_robots() -> None:
-    with pytest.raises(NotConfigured, match="ROBOTSTXT_OBEY"):
+def test_robotstxt_obey_false_means_no_robots() -> None:
+    """Scrapy's meaning (issue 23): ROBOTSTXT_OBEY=False obeys no robots.txt,
+    said in one line (Scrapy logs a NotConfigured reason as a warning)."""
+    with pytest.raises(NotConfigured, match="ROBOTSTXT_OBEY is False"):
         SharedRobotsTxtMiddleware.from_crawler(
-            get_crawler(settings_dict={"ROBOTSTXT_OBEY": True})
+            get_crawler(settings_dict={"ROBOTSTXT_OBEY": False})
         )
+    assert SharedRobotsTxtMiddleware.from_crawler(
+        get_crawler(settings_dict={"ROBOTSTXT_OBEY": True})
+    )
 
 
 def test_can_be_switched_off() -> None:
@@ -264,3 +269,40 @@ def test_stats_count_each_outcome(robots_crawl: RobotsCrawl) -> None:
     assert stats["robotstxt/forbidden"] == 4
     assert stats["robotstxt/failures"] == 4
     assert stats["robotstxt/unreachable_dropped"] == 8
+
+
+def test_robots_parsed_is_sent_and_a_request_is_matched_as_its_user_agent(
+    redis_url: str,
+) -> None:
+    """Scrapy's contract (issue 23): robots_parsed for each robots.txt a
+    worker parses; a request is matched with its own User-Agent header
+    (ROBOTSTXT_USER_AGENT unset), else USER_AGENT."""
+    import asyncio
+
+    from scrapy import Request, signals
+    from scrapy.exceptions import IgnoreRequest
+
+    crawler = get_crawler(settings_dict={"REDIS_URL": redis_url, "USER_AGENT": "kind"})
+    crawler.stats.open_spider()  # type: ignore[union-attr]
+    parsed: list[Any] = []
+    crawler.signals.connect(
+        lambda robotparser, **_: parsed.append(robotparser),
+        signal=signals.robots_parsed,
+        weak=False,
+    )
+    mw = SharedRobotsTxtMiddleware.from_crawler(crawler)
+    host = "http://a.test:80"
+    mw._entries[host] = mw._entry(200, b"User-agent: rude\nDisallow: /\n", 60.0)
+    assert len(parsed) == 1
+
+    async def verdicts() -> list[str]:
+        out = []
+        for headers in ({}, {"User-Agent": "rude"}, {"User-Agent": "polite"}):
+            try:
+                await mw.process_request(Request("http://a.test/x", headers=headers))
+                out.append("allowed")
+            except IgnoreRequest:
+                out.append("forbidden")
+        return out
+
+    assert asyncio.run(verdicts()) == ["allowed", "forbidden", "allowed"]

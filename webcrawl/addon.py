@@ -48,6 +48,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, NoReturn
 
 from scrapy.settings import SETTINGS_PRIORITIES, default_settings
+from scrapy.utils.misc import load_object
 
 import extensions.settings.defaults
 import pipelines.defaults
@@ -64,6 +65,7 @@ from extensions.connection.embedded import (
     webcrawl_home,
 )
 from extensions.core.frontier.frontier import first_partitions
+from extensions.core.scheduler import dupefilter_problem
 from extensions.core.seeds import meta_key_problems
 from extensions.downloadermiddlewares import (
     DOWNLOADER_MIDDLEWARES,
@@ -107,17 +109,20 @@ def guarantee_problems(settings: BaseSettings) -> list[str]:
     """Values each in range that together would switch a guarantee off.
 
     A guarantee (politeness, robots.txt, storage) goes off only through its
-    own ``*_ENABLED`` flag, never as a side effect of another setting.
+    own ``*_ENABLED`` flag (robots.txt also through Scrapy's own
+    ``ROBOTSTXT_OBEY=False``, said in a warning line), never as a side
+    effect of another setting.
     """
     found = []
-    if settings.getbool("ROBOTS_ENABLED") and settings.getbool("ROBOTSTXT_OBEY"):
-        # The shared middleware refuses to run beside Scrapy's, and the
-        # add-on switches Scrapy's off: no robots.txt would be obeyed at all.
-        found.append(
-            "ROBOTSTXT_OBEY=True would switch off the fleet-wide robots.txt "
-            "middleware: leave it False (ROBOTS_ENABLED=True obeys robots.txt), "
-            "or set ROBOTS_ENABLED=False to use Scrapy's own"
-        )
+    dupefilter = settings.get("DUPEFILTER_CLASS")
+    if settings.get("SCHEDULER") == SCHEDULER and dupefilter:
+        try:
+            cls = load_object(dupefilter)
+        except (ImportError, NameError, ValueError) as exc:
+            found.append(f"DUPEFILTER_CLASS={dupefilter!r} cannot be loaded: {exc}")
+        else:
+            if problem := dupefilter_problem(cls):
+                found.append(problem)
     # A seed that could set webcrawl's own state (a lease, a failure record).
     found += meta_key_problems(settings.getlist("SEED_META_KEYS"))
     lease = settings.getfloat("FRONTIER_LEASE_TIMEOUT")
@@ -244,8 +249,6 @@ class Webcrawl:
             config.check(settings, *DEFAULTS)
         except config.SettingsError as exc:
             refuse(exc)
-        if problems := guarantee_problems(settings):
-            refuse(config.SettingsError("; ".join(problems)))
         foreign = scrapyredis.refusals(settings, SCHEDULER, DUPEFILTER)
         if foreign:
             refuse(config.SettingsError("; ".join(foreign)))
@@ -258,12 +261,14 @@ class Webcrawl:
             refuse(exc)
         settings.set("SCHEDULER", SCHEDULER, "addon")
         settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
+        if problems := guarantee_problems(settings):
+            refuse(config.SettingsError("; ".join(problems)))
         # At "addon" priority: a FRONTIER_SPILL_STORE the project or the
         # command line sets (even empty: no spill) wins.
         settings.set("FRONTIER_SPILL_STORE", SPILL_STORE, "addon")
-        # Our robots middleware shares one robots.txt fetch per host across
-        # the fleet and replaces Scrapy's per-process one.
-        settings.set("ROBOTSTXT_OBEY", False, "addon")
+        # ROBOTSTXT_OBEY keeps Scrapy's meaning; our robots middleware obeys
+        # it with one robots.txt fetch per host for the whole fleet, in place
+        # of Scrapy's per-process one (the tables name what each replaces).
         settings["DOWNLOADER_MIDDLEWARES"].update(DOWNLOADER_MIDDLEWARES)
         settings["SPIDER_MIDDLEWARES"].update(SPIDER_MIDDLEWARES)
         if not settings.getbool("ROBOTS_ENABLED"):

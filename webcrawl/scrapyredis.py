@@ -201,6 +201,10 @@ def refusals(settings: BaseSettings, scheduler: str, dupefilter: str) -> list[st
             continue
         if _is_subclass(value, load_object(ours)):
             continue
+        if name == "DUPEFILTER_CLASS" and not _is_scrapy_redis(value, name):
+            # Any other dupefilter serves the scheduler (or is refused by
+            # the add-on's own check, extensions.core.scheduler).
+            continue
         what = "scrapy-redis's" if _is_scrapy_redis(value, name) else "another"
         found.append(
             f"{name}={value!r} ({_where(settings, name)}) is {what} and would "

@@ -22,7 +22,7 @@ serializer (its ``_decode_request``: ``SCHEDULER_SERIALIZER``'s ``loads``,
 then Scrapy's ``request_from_dict`` against the spider), in the order its
 queue pops them (a ``PriorityQueue`` lowest score first, a ``FifoQueue``
 from its tail, a ``LifoQueue`` from its head; a subclass as its base), and
-queued as webcrawl's scheduler queues a request (its URL canonicalized, its
+queued as webcrawl's scheduler queues a request (as it was made, its
 priority through ``FRONTIER_PRIORITY_FUNCTION``, JSON): through the
 frontier's own write-ahead, dupefilter and commit path, a batch at a time
 (:class:`~extensions.core.frontier.frontier.PartitionedFrontier`'s
@@ -80,7 +80,7 @@ from extensions.core.frontier.serialization import (
 )
 from extensions.core.seeds import SeedSource, seed_source
 from extensions.utils.hosts import host_key
-from extensions.utils.url import canonicalize_url
+from extensions.utils.url import canonical_request
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -410,8 +410,8 @@ class ScrapyRedisCrawl:
         return request
 
     def _queued(self, request: Request, counts: LocalHostCounts) -> QueuedRequest:
-        """``request`` as webcrawl's scheduler queues it (canonical URL,
-        scored priority, JSON); raises UnserializableRequest."""
+        """``request`` as webcrawl's scheduler queues it (scored priority,
+        JSON); raises UnserializableRequest."""
         member = request_to_bytes(request, self.spider)
         host = host_key(request.url)
         priority = self.score(request, counts) if self.score else request.priority
@@ -450,10 +450,6 @@ class ScrapyRedisCrawl:
                     # left, with why, and costs the others nothing.
                     report.leave(data, "unreadable", f"{type(exc).__name__}: {exc}")
                     continue
-                canonical = canonicalize_url(request.url)
-                if canonical != request.url:
-                    # As RedisScheduler.enqueue_request queues it.
-                    request = request.replace(url=canonical)
                 try:
                     batch.append((data, request, self._queued(request, counts)))
                 except UnserializableRequest as exc:
@@ -466,7 +462,11 @@ class ScrapyRedisCrawl:
             await frontier.beat()
             await frontier.log_ahead(me, entry, [q for _, _, q in batch])
             checked = [(i, r) for i, (_, r, _) in enumerate(batch) if not r.dont_filter]
-            seen = await bloom.test_and_set([self.fingerprint(r) for _, r in checked])
+            # The Bloom dupefilter's key: the fingerprint of the canonical URL
+            # (the request itself is queued as scrapy-redis held it).
+            seen = await bloom.test_and_set(
+                [self.fingerprint(canonical_request(r)) for _, r in checked]
+            )
             dropped = {i for (i, _), was in zip(checked, seen, strict=True) if was}
             keep = [q for i, (_, _, q) in enumerate(batch) if i not in dropped]
             await frontier.commit(keep, wal=(me, entry))
@@ -497,7 +497,7 @@ class ScrapyRedisCrawl:
         which."""
         for probe in PROBES:
             theirs = self.theirs.request_fingerprint(probe)
-            canonical = probe.replace(url=canonicalize_url(probe.url))
+            canonical = canonical_request(probe)
             ours = self.fingerprint(canonical).hex()
             if theirs != ours:
                 return False, (

@@ -1,7 +1,9 @@
 """A robots.txt cache shared by the whole fleet (RFC 9309).
 
-Settings read: ``ROBOTS_ENABLED``, ``ROBOTSTXT_OBEY`` (must be False when this
-middleware is on: it replaces Scrapy's), ``ROBOTSTXT_PARSER``,
+Settings read: ``ROBOTS_ENABLED``, ``ROBOTSTXT_OBEY`` (Scrapy's meaning:
+True obeys robots.txt, here through the fleet's cache in place of Scrapy's
+per-process middleware; False obeys none, said in one warning line),
+``ROBOTSTXT_PARSER``,
 ``ROBOTSTXT_USER_AGENT``, ``USER_AGENT``, ``DOWNLOAD_DELAY``, ``ROBOTS_TTL``,
 ``ROBOTS_MAX_SIZE``, ``ROBOTS_MAX_REDIRECTS``, ``ROBOTS_FETCH_TIMEOUT``,
 ``ROBOTS_RETRY_INITIAL``, ``ROBOTS_RETRY_MAX``, ``ROBOTS_CRAWL_DELAY_MAX``,
@@ -224,15 +226,18 @@ class SharedRobotsTxtMiddleware:
         config.require(s, defaults)
         if not s.getbool("ROBOTS_ENABLED"):
             raise NotConfigured("ROBOTS_ENABLED is False")
-        if s.getbool("ROBOTSTXT_OBEY"):
+        if not s.getbool("ROBOTSTXT_OBEY"):
             raise NotConfigured(
-                "ROBOTSTXT_OBEY is True: set it to False, the shared robots.txt "
-                "middleware replaces Scrapy's (or set ROBOTS_ENABLED=False)"
+                "ROBOTSTXT_OBEY is False: robots.txt is NOT obeyed (set "
+                "ROBOTSTXT_OBEY=True to obey it, through the fleet-wide cache)"
             )
         self.crawler = crawler
         self.partitions = s.getint("FRONTIER_PARTITIONS")
+        # As Scrapy's middleware: ROBOTSTXT_USER_AGENT if set, else each
+        # request's own User-Agent header, else USER_AGENT.
+        self.robots_user_agent = s.get("ROBOTSTXT_USER_AGENT") or None
         self.user_agent = str(
-            s.get("ROBOTSTXT_USER_AGENT")
+            self.robots_user_agent
             or s.get("USER_AGENT")
             or s.get("WEBCRAWL_USER_AGENT")
         )
@@ -330,11 +335,18 @@ class SharedRobotsTxtMiddleware:
             stats.inc_value("robotstxt/unreachable_dropped")
             raise IgnoreRequest("robots.txt unreachable (no frontier to wait in)")
         assert entry.parser is not None
-        if not entry.parser.allowed(request.url, self.user_agent):
+        if not entry.parser.allowed(request.url, self._agent_of(request)):
             stats.inc_value("robotstxt/forbidden")
             logger.debug("Forbidden by robots.txt: %s", request)
             raise IgnoreRequest("Forbidden by robots.txt")
         return None
+
+    def _agent_of(self, request: Request) -> str:
+        """The user agent a request is matched as (see ``__init__``)."""
+        if self.robots_user_agent:
+            return str(self.robots_user_agent)
+        header = request.headers.get(b"User-Agent")
+        return header.decode("latin-1") if header else self.user_agent
 
     # -- the entry of a host ------------------------------------------------
 
@@ -423,6 +435,11 @@ class SharedRobotsTxtMiddleware:
         if classify(status) is Verdict.PARSE:
             parser = build_from_crawler(
                 self._parserimpl, self.crawler, body[: self.max_size]
+            )
+            # Scrapy's signal, sent as its own middleware sends it: once per
+            # robots.txt this worker parses (the fetched file or the cache's).
+            self.crawler.signals.send_catch_log(
+                signal=signals.robots_parsed, robotparser=parser, request=None
             )
         return RobotsEntry(status, parser, time.monotonic() + ttl, ttl, failures)
 

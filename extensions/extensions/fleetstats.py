@@ -49,7 +49,7 @@ from scrapy.exceptions import NotConfigured
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.connection.scripts import LUA_NOW_MS, script, server_now_ms
 from extensions.core.frontier.frontier import PartitionedFrontier, worker_id
-from extensions.keys import StatsKeys
+from extensions.keys import StatsKeys, start_urls
 from extensions.settings import config, defaults
 
 if TYPE_CHECKING:
@@ -338,6 +338,11 @@ class FleetStats:
         then, before = self._samples[0] if self._samples else (now, pages)
         per_s = (pages - before) / max(now - then, 1e-3)
         waiting = self._waiting_for_seeds(counters)
+        if waiting and not self._said_no_seeds:
+            assert self._client is not None
+            # Seeds pushed and not taken yet (the feed takes them at its next
+            # poll) are no reason to say there are none.
+            waiting = not await self._client.llen(start_urls(self.prefix))
         if waiting and not self._said_no_seeds:
             self._said_no_seeds = True
             logger.warning(

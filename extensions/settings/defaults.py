@@ -66,7 +66,13 @@ FRONTIER_SPILL_STORE = ""
 # Spilled requests moved back per refill; a host is refilled when its queue is shorter.
 FRONTIER_SPILL_BATCH: Annotated[int, Range(1, 100_000)] = 500
 
-# --- Seeds (extensions.core.seeds) ---------------------------------------------
+# --- Seeds and idling, for any spider (extensions.core.seeds, extensions.spidermiddlewares.seeds) -----
+# Seconds between polls of the seed list while it is empty.
+SEED_POLL_INTERVAL: Annotated[float, Range(above=0)] = 1.0
+# Seeds taken from the list per poll.
+SEED_BATCH_SIZE: Annotated[int, Range(1, 10_000)] = 100
+# Close after this many seconds with nothing to do (0: run as a service).
+MAX_IDLE_TIME_BEFORE_CLOSE: Annotated[float, Range(0)] = 0
 # Seed key of a spider without a redis_key attribute, %(name)s: the spider's name (scrapy-redis's setting).
 REDIS_START_URLS_KEY = "%(name)s:start_urls"
 # The seed keys are SETs (scrapy-redis's setting; taken reliably, in no order).
@@ -109,7 +115,7 @@ POLITENESS_MAX_WAIT: Annotated[float, Range(0)] = 30.0
 POLITENESS_MAX_DEFERRALS: Annotated[int, Range(0)] = 3
 # User agent identifying webcrawl with a contact (set USER_AGENT to it).
 WEBCRAWL_USER_AGENT = "webcrawl/0.1 (+https://example.com/webcrawl)"
-# Obey robots.txt through the fleet-wide cache (ROBOTSTXT_OBEY must then be False).
+# Obey robots.txt (when ROBOTSTXT_OBEY) through the fleet-wide cache, in place of Scrapy's middleware.
 ROBOTS_ENABLED = True
 # Seconds a fetched robots.txt is cached for the whole fleet.
 ROBOTS_TTL: Annotated[float, Range(above=0)] = 86400.0
