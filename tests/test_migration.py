@@ -460,7 +460,7 @@ def test_a_migrated_crawl_is_finished_by_webcrawl_workers(
         settings = {
             **sandbox_settings(redis_url, tmp_path),
             "FRONTIER_PRIORITY_FUNCTION": "",
-            "ROBOTS_ENABLED": False,
+            "ROBOTSTXT_OBEY": False,  # robots.txt off (Scrapy's meaning)
             "DOWNLOAD_DELAY": 0.5,
             "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
         }

@@ -199,12 +199,6 @@ def run_to_end(project: Path, log: Path, *args: str, timeout: float = 240) -> in
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    run=False,
-    reason="needs issue 23: leases of a spider's dict items, seeds for any "
-    "spider (extensions/spidermiddlewares/seeds.py), CrawlSpider rule callbacks "
-    "in the frontier",
-)
 @pytest.mark.parametrize(
     ("spider", "key"),
     [

@@ -83,6 +83,10 @@ def scrapy_tests() -> Path:
     return root
 
 
+# Scrapy 2.19.0's applicable tests (README, "Your own spiders").
+MIN_PASSED = 129
+
+
 def test_scrapys_own_tests_pass_with_the_add_on(tmp_path: Path) -> None:
     root = scrapy_tests()
     env = dict(os.environ)
@@ -99,4 +103,8 @@ def test_scrapys_own_tests_pass_with_the_add_on(tmp_path: Path) -> None:
     report.write_text(proc.stdout + proc.stderr)
     tail = "\n".join(proc.stdout.splitlines()[-60:])
     assert proc.returncode == 0, tail
-    assert " passed" in tail and "failed" not in tail, tail
+    assert "failed" not in tail, tail
+    # The suites ran (a collection that found nothing would pass vacuously):
+    # at least the 129 tests of Scrapy 2.19.0 that apply.
+    passed = re.search(r"(\d+) passed", tail)
+    assert passed is not None and int(passed.group(1)) >= MIN_PASSED, tail

@@ -127,6 +127,11 @@ INAPPLICABLE: dict[str, str] = {
         "does not keep"
     ),
     "tests/test_crawl.py::TestCrawl::test_retry_dns_error": _DNS_ONCE,
+    "tests/test_engine.py::TestMisuse::test_invalid_scheduler_class": (
+        "a SCHEDULER of another package set above the add-on is refused at "
+        "start in one line, exit 2 (a left-over scrapy-redis setting would "
+        "otherwise replace the fleet's scheduler in silence: issue 24)"
+    ),
     "tests/test_engine.py::TestSpiderIdle::test_dont_close_spider": (
         "a fleet worker waits MAX_IDLE_TIME_BEFORE_CLOSE with nothing to do "
         "before it closes (other workers may hand it work), asking spider_idle "
