@@ -53,20 +53,33 @@ import heapq
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, replace
+from email.utils import formatdate
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Protocol
 
-from extensions.recrawl import (
+from extensions.freshness import (
     Bounds,
+    Demand,
     History,
+    Priors,
+    optimal_interval,
+    reprice,
+    window_of,
+)
+from extensions.recrawl import (
+    START_PRICE_SHARE,
+    WINDOW_BUCKETS,
+    Record,
     Visit,
     adaptive_interval,
     budgeted_interval,
-    optimal_interval,
+    next_visit,
     uniform_interval,
+    window_seconds,
 )
 from sandbox.changes import ChangeModel
-from sandbox.site import SiteSpec
+from sandbox.site import SiteSpec, host_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -80,14 +93,21 @@ PERIOD = 1.0
 ROUNDS = 40
 # Policies' bounds around the uniform interval: [u / SPREAD, u * SPREAD].
 SPREAD = 8.0
-# Scales tried for each policy's setting (adaptive: its bounds; budgeted:
-# RECRAWL_GIVE_UP_INTERVAL as a share of the uniform interval), the way an
-# operator sets them for the fleet's capacity; the best that stays within
-# the budget is reported.
+# Scales tried for a policy's setting (adaptive: its bounds; the default
+# policy at a hand-set price: the price as a share of the uniform interval),
+# the way an operator would set them for the fleet's capacity; the best that
+# stays within the budget is reported.
 ADAPTIVE_SCALES = (0.12, 0.18, 0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
+PRICE_SCALES = (0.05, 0.07, 0.1, 0.14, 0.2)
+# Seconds per time unit of the simulation (the measured profile's day): the
+# default policy runs on HTTP dates and Redis-like milliseconds.
+UNIT_S = 86400.0
+# The simulated clock's epoch, and the Last-Modified of a page that has not
+# changed since the start (long before, as the sandbox's 2024 dates).
+EPOCH = 1_800_000_000.0
+OLD = EPOCH - 2 * 365 * UNIT_S
 # Uniform intervals (units) of the closed-form ceiling table (--ceilings).
 CEILING_INTERVALS = (1.0, 7.0, 30.0, 90.0, 365.0)
-GIVE_UP_SCALES = (0.02, 0.03, 0.05, 0.07, 0.1, 0.14, 0.2, 0.3)
 
 
 @dataclass
@@ -134,21 +154,16 @@ def ceilings(pages: int, seed: int) -> list[tuple[str, float, float, float]]:
     for profile in ("classes", "measured", "loguniform"):
         for u in CEILING_INTERVALS:
             web = build_web(pages, pages / u, seed, profile, changes=False)
-            uniform = expected_freshness(web, [web.uniform] * len(web.rates))
-            optimal = expected_freshness(web, oracle_intervals(web, pages / u))
+            uniform = closed_freshness(web, [web.uniform] * len(web.rates))
+            optimal = closed_freshness(web, oracle_intervals(web, pages / u))
             out.append((profile, u, uniform, optimal))
     return out
 
 
-def policy_runner(
-    policy: Callable[[Visit, Bounds], float], bounds: Bounds
-) -> Callable[[int, Visit], float]:
-    return lambda j, visit: bounds.clamp(float(policy(visit, bounds)))
-
-
 def oracle_intervals(web: Web, budget: float) -> list[float]:
     """Cho and Garcia-Molina's optimal revisit intervals for the true change
-    rates (what no crawler knows), no bounds: :func:`optimal_interval` with
+    rates (what no crawler knows), no bounds, freshness only (no age
+    weight): :func:`~extensions.freshness.optimal_interval` with
     the price (Lagrange multiplier) that spends the budget exactly, found by
     bisection; static pages and pages beyond the price are never revisited
     (``inf``)."""
@@ -156,7 +171,7 @@ def oracle_intervals(web: Web, budget: float) -> list[float]:
     intervals: list[float] = []
     for _ in range(60):
         price = math.sqrt(lo * hi)
-        intervals = [optimal_interval(r, price) for r in web.rates]
+        intervals = [optimal_interval(r, price, 0.0) for r in web.rates]
         if sum(1 / i for i in intervals) > budget:
             lo = price
         else:
@@ -164,7 +179,7 @@ def oracle_intervals(web: Web, budget: float) -> list[float]:
     return intervals
 
 
-def expected_freshness(web: Web, intervals: list[float]) -> float:
+def closed_freshness(web: Web, intervals: list[float]) -> float:
     """Cho and Garcia-Molina's closed form: a page changing ``l`` times per
     unit revisited every ``I`` is fresh ``(1 - e^-lI) / (lI)`` of the time."""
     total = 0.0
@@ -177,12 +192,131 @@ def expected_freshness(web: Web, intervals: list[float]) -> float:
     return total / len(web.rates)
 
 
-def simulate(
-    interval_of: Callable[[int, Visit], float],
-    name: str,
-    web: Web,
-    budget: float,
-) -> Result:
+class Planner(Protocol):
+    """A revisit policy in the simulation: told each fetch of page ``j``
+    (at ``t``, due at ``due``; the page's version then and the time of its
+    last change, None for version 0), it returns the next interval."""
+
+    def plan(
+        self, j: int, t: float, due: float, version: int, changed_at: float | None
+    ) -> float: ...
+
+
+class PolicyPlanner:
+    """A policy function on what a visit sees without dates (changed or not,
+    the change history): uniform, adaptive, or budgeted at a fixed price."""
+
+    def __init__(self, policy: Callable[[Visit, Bounds], float], bounds: Bounds,
+                 pages: int) -> None:  # fmt: skip
+        self.policy, self.bounds = policy, bounds
+        self.interval: list[float | None] = [None] * pages
+        self.history = [History()] * pages
+        self.stored = [0] * pages
+
+    def plan(
+        self, j: int, t: float, due: float, version: int, changed_at: float | None
+    ) -> float:
+        previous = self.interval[j]
+        was_changed = None if previous is None else version != self.stored[j]
+        if previous is not None:
+            # What extensions.recrawl.next_visit keeps: the interval that
+            # led here, not the (possibly later) actual gap.
+            self.history[j] = self.history[j].add(previous, was_changed)
+        status = 304 if was_changed is False else 200
+        h = self.history[j]
+        visit = Visit(previous, was_changed, status, history=h, rate=h.rate())
+        interval = self.bounds.clamp(float(self.policy(visit, self.bounds)))
+        self.interval[j], self.stored[j] = interval, version
+        return interval
+
+
+class OraclePlanner:
+    def __init__(self, intervals: list[float]) -> None:
+        self.intervals = intervals
+
+    def plan(
+        self, j: int, t: float, due: float, version: int, changed_at: float | None
+    ) -> float:
+        return self.intervals[j]
+
+
+class FleetPlanner:
+    """The default policy as the recrawl extension runs it, with the fleet
+    reduced to the fetcher: each fetch becomes the item the spider would
+    store (a 304 when the page is unchanged, else a 200 with a new content
+    hash and ETag; ``Last-Modified`` the time of the last change, as the
+    sandbox serves it, unless ``dates`` is off), :func:`~extensions.recrawl.
+    next_visit` plans it with the worker's pooled priors, the figures the
+    schedule script keeps are kept here, and every window bucket the price
+    is solved from them (:func:`~extensions.freshness.reprice`), unless
+    ``price`` fixes it. Times are units of :data:`UNIT_S` seconds."""
+
+    def __init__(self, web: Web, bounds: Bounds, dates: bool = True,
+                 price: float | None = None, share: float = 1.0) -> None:  # fmt: skip
+        s = UNIT_S
+        self.bounds = Bounds(bounds.min * s, bounds.default * s, bounds.max * s,
+                             (price if price is not None else bounds.default
+                              * START_PRICE_SHARE) * s)  # fmt: skip
+        self.fixed = price is not None
+        self.dates, self.share = dates, share
+        self.urls = [f"http://{host_name(i)}{path}" for i, path in web.urls]
+        self.records: list[Record | None] = [None] * len(web.urls)
+        self.due_ms: list[int | None] = [None] * len(web.urls)
+        self.priors = Priors()
+        self.bins: dict[int, float] = {}
+        self.scheduled = 0.0
+        self.bucket_ms = int(window_seconds(self.bounds) * 1000 / WINDOW_BUCKETS)
+        self.buckets: dict[int, dict[str, float]] = {}
+        self.next_price = 0
+
+    def plan(
+        self, j: int, t: float, due: float, version: int, changed_at: float | None
+    ) -> float:
+        now = EPOCH + t * UNIT_S
+        now_ms = int(now * 1000)
+        if not self.fixed and now_ms >= self.next_price:
+            self.next_price = now_ms + self.bucket_ms
+            window = window_of(self.buckets, now_ms, self.bucket_ms, WINDOW_BUCKETS)
+            solved = reprice(Demand(self.bins), self.scheduled, window, self.share,
+                             self.bounds)  # fmt: skip
+            if solved is not None:
+                self.bounds = replace(self.bounds, price=solved[0])
+        prev = self.records[j]
+        modified = EPOCH + changed_at * UNIT_S if changed_at is not None else OLD
+        headers = {"etag": [f'"{j}-{version}"'], "date": [formatdate(now, usegmt=True)]}
+        if self.dates:
+            headers["last-modified"] = [formatdate(modified, usegmt=True)]
+        unchanged = prev is not None and prev.etag == headers["etag"][0]
+        carried = None
+        if prev is not None:
+            carried = [*prev.fields(), {"due": self.due_ms[j]}]
+        item = SimpleNamespace(
+            url=self.urls[j], status=304 if unchanged else 200,
+            content_hash=None if unchanged else f"{j:08x}{version:08x}",
+            headers=headers, fetched_at=now, recrawl=carried, lastmod=None,
+        )  # fmt: skip
+        plan = next_visit(item, budgeted_interval, self.bounds, now, self.priors)
+        assert plan is not None
+        if plan.old_bin is not None:
+            self.bins[plan.old_bin] -= 1
+        new_bin = plan.record.bin
+        assert new_bin is not None
+        self.bins[new_bin] = self.bins.get(new_bin, 0) + 1
+        self.scheduled += plan.scheduled
+        bucket = self.buckets.setdefault(now_ms // self.bucket_ms, {})
+        counts = [("stored", 1), ("revisits", int(plan.outcome != "first")),
+                  ("changed", int(plan.outcome == "changed")),
+                  ("not_modified", int(plan.outcome == "not_modified")),
+                  ("timed", int(plan.late is not None)),
+                  ("late_milli", round((plan.late or 0.0) * 1000))]  # fmt: skip
+        for name, count in counts:
+            bucket[name] = bucket.get(name, 0) + count
+        self.records[j] = plan.record
+        self.due_ms[j] = now_ms + int(plan.record.interval * 1000)
+        return plan.record.interval / UNIT_S
+
+
+def simulate(planner: Planner, name: str, web: Web, budget: float) -> Result:
     """Run a policy over the change model; see the module docstring."""
     urls, times, uniform, horizon = web.urls, web.times, web.uniform, web.horizon
     start = horizon / 2  # measure after the intervals settled
@@ -190,8 +324,7 @@ def simulate(
     # The first crawl: every page fetched once, spread over one round.
     due = [(uniform * j / n, j) for j in range(n)]
     heapq.heapify(due)
-    interval: list[float | None] = [None] * n
-    history = [History()] * n
+    seen = [False] * n
     stored = [0] * n  # the version each stored copy is
     last_fetch = [0.0] * n
     fresh_time = 0.0
@@ -218,8 +351,8 @@ def simulate(
         return fresh, age
 
     while due:
-        t, j = heapq.heappop(due)
-        t = max(t, free)
+        t_due, j = heapq.heappop(due)
+        t = max(t_due, free)
         if t >= horizon:
             f, a = account(j, last_fetch[j], horizon)
             fresh_time += f
@@ -227,23 +360,18 @@ def simulate(
             continue
         free = t + gap
         version = bisect.bisect_right(times[j], t)
-        previous = interval[j]
-        was_changed = None if previous is None else version != stored[j]
-        if previous is not None:
+        was_changed = None if not seen[j] else version != stored[j]
+        if seen[j]:
             f, a = account(j, last_fetch[j], t)
             fresh_time += f
             age_time += a
-            # What extensions.recrawl.next_visit keeps: the interval that
-            # led here, not the (possibly later) actual gap.
-            history[j] = history[j].add(previous, was_changed)
         if t >= start:
             counted += 1
             changed += bool(was_changed)
         fetches += 1
-        status = 304 if was_changed is False else 200
-        visit = Visit(previous, was_changed, status, history=history[j])
-        next_interval = interval_of(j, visit)
-        interval[j] = next_interval
+        changed_at = times[j][version - 1] if version else None
+        next_interval = planner.plan(j, t, t_due, version, changed_at)
+        seen[j] = True
         stored[j] = version
         last_fetch[j] = t
         heapq.heappush(due, (t + next_interval, j))
@@ -259,43 +387,53 @@ def simulate(
 
 
 def best_of(
-    policy: Callable[[Visit, Bounds], float],
+    make: Callable[[float], Planner],
     name: str,
     web: Web,
     budget: float,
-    scaled: Callable[[float], Bounds],
     scales: tuple[float, ...],
 ) -> Result:
     """The policy at each scale of its setting; the freshest run (the
     fetcher never serves more than the budget, so none exceeds it)."""
     tried = []
     for scale in scales:
-        r = simulate(policy_runner(policy, scaled(scale)), name, web, budget)
+        r = simulate(make(scale), name, web, budget)
         r.policy = f"{name} x{scale:g}"
         tried.append(r)
     return max(tried, key=lambda r: r.freshness)
 
 
 def compare(web: Web, budget: float) -> tuple[list[Result], float]:
-    """uniform, adaptive, budgeted and optimal at one budget; and the
-    optimum's closed-form freshness (a check on the simulation)."""
+    """uniform, adaptive, the default (measured price, with and without
+    Last-Modified dates), the default at the best hand-set price, and
+    optimal at one budget; and the optimum's closed-form freshness (a check
+    on the simulation)."""
     u = web.uniform
+    n = len(web.urls)
     bounds = Bounds(u / SPREAD, u, u * SPREAD)
-    uniform = simulate(policy_runner(uniform_interval, bounds), "uniform", web, budget)
+    uniform = simulate(PolicyPlanner(uniform_interval, bounds, n), "uniform", web,
+                       budget)  # fmt: skip
 
-    def adaptive_bounds(s: float) -> Bounds:
-        return Bounds(bounds.min * s, bounds.default * s, bounds.max * s)
+    def adaptive(s: float) -> Planner:
+        scaled = Bounds(bounds.min * s, bounds.default * s, bounds.max * s)
+        return PolicyPlanner(adaptive_interval, scaled, n)
 
-    def budgeted_bounds(s: float) -> Bounds:
-        return Bounds(bounds.min, bounds.default, bounds.max, give_up=u * s)
-
-    adaptive = best_of(adaptive_interval, "adaptive", web, budget,
-                       adaptive_bounds, ADAPTIVE_SCALES)  # fmt: skip
-    budgeted = best_of(budgeted_interval, "budgeted", web, budget,
-                       budgeted_bounds, GIVE_UP_SCALES)  # fmt: skip
+    results = [
+        uniform,
+        best_of(adaptive, "adaptive", web, budget, ADAPTIVE_SCALES),
+        simulate(FleetPlanner(web, bounds), "measured", web, budget),
+        simulate(FleetPlanner(web, bounds, dates=False), "meas. no LM", web, budget),
+        best_of(
+            lambda s: FleetPlanner(web, bounds, price=u * s),
+            "hand-set",
+            web,
+            budget,
+            PRICE_SCALES,
+        ),
+    ]
     oracle = oracle_intervals(web, budget)
-    optimal = simulate(lambda j, v: oracle[j], "optimal", web, budget)
-    return [uniform, adaptive, budgeted, optimal], expected_freshness(web, oracle)
+    results.append(simulate(OraclePlanner(oracle), "optimal", web, budget))
+    return results, closed_freshness(web, oracle)
 
 
 # The store-side schedule's measurement: next visits spread evenly over a
@@ -321,7 +459,8 @@ def schedule_memory(n: int) -> dict[str, float]:
     import redis.asyncio as aredis
 
     from extensions.embedded_redis import RedisProcess
-    from extensions.recrawl import HASH_CHARS, Record, RecrawlSchedule
+    from extensions.freshness import rate_bin
+    from extensions.recrawl import HASH_CHARS, Planned, RecrawlSchedule
     from pipelines.stores.sqlite import SQLiteStore
 
     spec = SiteSpec(seed=1, hosts=100, pages_per_host=max(1, n // 100))
@@ -336,25 +475,37 @@ def schedule_memory(n: int) -> dict[str, float]:
         return '"' + hashlib.blake2b(url.encode(), digest_size=8).hexdigest() + '"'
 
     date = "Mon, 01 Jan 2024 00:00:00 GMT"
-    # A history as a page revisited daily for weeks has one.
-    history = History(23, 7, 23 * 86400.0 + 0.125)
-    records = [(u, Record(86400.0, etag(u), date, sha(u), history)) for u in urls]
+    # A history as a page revisited daily for weeks has one: 7 changes dated
+    # by Last-Modified, half a day before the visit that saw each.
+    history = History(23, 7, 23 * 86400.0 + 0.125, 16.5 * 86400.0 + 0.125, 0)
+    bin_ = rate_bin(history.rate())
+    records = [(u, Record(86400.0, etag(u), date, sha(u), history, bin_))
+               for u in urls]  # fmt: skip
     count = len(urls)
 
-    async def usage(client: aredis.Redis, schedule: RecrawlSchedule) -> int:
+    async def usage(client: aredis.Redis, schedule: RecrawlSchedule, *more: str) -> int:
         keys = schedule.keys
-        zset = await client.memory_usage(keys.recrawl, samples=0) or 0
-        data = await client.memory_usage(keys.recrawl_data, samples=0) or 0
-        return int(zset + data)
+        total = 0
+        for key in (keys.recrawl, keys.recrawl_data, *more):
+            total += await client.memory_usage(key, samples=0) or 0
+        return int(total)
 
     async def fill(url: str, store: SQLiteStore) -> dict[str, float]:
         client = aredis.Redis.from_url(url)
         schedule = RecrawlSchedule(client, "web")
+        now = await schedule.now_ms()
+        bucket_ms = 600_000
         for i in range(0, count, 1000):
-            await schedule.schedule(records[i : i + 1000])
+            planned = [Planned(u, r, delay=r.interval, outcome="unchanged")
+                       for u, r in records[i : i + 1000]]  # fmt: skip
+            await schedule.schedule(planned, now, bucket_ms)
         keys = schedule.keys
         zset = await client.memory_usage(keys.recrawl, samples=0) or 0
         data = await client.memory_usage(keys.recrawl_data, samples=0) or 0
+        # The freshness figures: pages per rate bin and a window bucket,
+        # whatever the number of URLs.
+        figures = [keys.recrawl_stats, keys.recrawl_window(now // bucket_ms)]
+        fixed = await usage(client, schedule, *figures) - zset - data
         await client.delete(keys.recrawl, keys.recrawl_data)
         # Store-side: every next visit in the store, then one refill of the
         # window (what extensions.recrawl.Recrawler._refill does).
@@ -365,12 +516,13 @@ def schedule_memory(n: int) -> dict[str, float]:
         while entries := store.schedule_due(until, 1000):
             await schedule.load(entries)
             store.schedule_delete([(u, d) for u, d, _ in entries])
-        window = await usage(client, schedule)
+        window = await usage(client, schedule, *figures)
         in_window = int(await client.zcard(keys.recrawl))
         await client.aclose()
         return {"urls": count, "zset_bytes_per_url": round(zset / count, 1),
                 "hash_bytes_per_url": round(data / count, 1),
                 "bytes_per_url": round((zset + data) / count, 1),
+                "figures_bytes": fixed,
                 "url_length": round(sum(map(len, urls)) / count, 1),
                 "store_side_in_window": in_window,
                 "store_side_redis_bytes_per_url": round(window / count, 2)}  # fmt: skip

@@ -74,7 +74,14 @@ key                             type    what it holds
 ``web:{web}:recrawl``           ZSET    stored URL -> its next visit (ms)
                                         (``RECRAWL_ENABLED``)
 ``web:{web}:recrawl:data``      HASH    stored URL -> JSON [interval s, etag,
-                                        last-modified, content hash]
+                                        last-modified, content hash, change
+                                        history, rate bin]
+``web:{web}:recrawl:stats``     HASH    the fleet's freshness figures: known
+                                        pages per rate bin, scheduled revisit
+                                        rate, expected freshness, price,
+                                        counters since the crawl began
+``web:{web}:recrawl:w:<n>``     HASH    revisit counters of window bucket n
+                                        (Redis time); expire after the window
 ``web:{web}:lock:<id>``         STRING  per-host download lock (token, PX);
                                         id: host, registered domain or IP
 ``web:{web}:refill``            SET     hosts with spilled requests
@@ -201,6 +208,7 @@ class FrontierKeys:
         base = f"{prefix}:{partition_tag(prefix)}:"
         self.recrawl = base + "recrawl"
         self.recrawl_data = base + "recrawl:data"
+        self.recrawl_stats = base + "recrawl:stats"
         self.partitions = base + "partitions"
 
     def queue(self, host: str) -> str:
@@ -208,6 +216,14 @@ class FrontierKeys:
 
     def host(self, host: str) -> str:
         return self.host_prefix + host
+
+    def recrawl_window(self, bucket: int) -> str:
+        """The recrawl counters of one window bucket (:mod:`extensions.recrawl`).
+
+        >>> FrontierKeys("web").recrawl_window(7)
+        'web:{web}:recrawl:w:7'
+        """
+        return self.recrawl_stats[: -len("stats")] + f"w:{bucket}"
 
     def spill_lock(self, host: str) -> str:
         """The refill lock of one host (:mod:`extensions.spill`).

@@ -77,7 +77,7 @@ from extensions.meta import (
     FRONTIER_LEASE,
     RECRAWL_RECORD,
     SEED_TAKEN,
-    SITEMAP_CHANGEFREQ,
+    SITEMAP_LASTMOD,
 )
 from extensions.scheduler import DEAD_AFTER_HEARTBEATS, wake_engine, worker_id
 from extensions.seeds import SeedList, seed_url_limit
@@ -211,7 +211,7 @@ class WebSpider(Spider):
         spider.skip_suffixes = tuple(
             "." + ext.lower().lstrip(".") for ext in s.getlist("LINK_SKIP_EXTENSIONS")
         )
-        # Sitemap <changefreq> hints travel with requests only when revisits
+        # Sitemap <lastmod> dates travel with requests only when revisits
         # are on (extensions.recrawl): otherwise they would cost queue bytes.
         spider.recrawl = s.getbool("RECRAWL_ENABLED")
         crawler.signals.connect(spider._on_idle, signal=signals.spider_idle)
@@ -454,7 +454,7 @@ class WebSpider(Spider):
             lease=request.meta.get(FRONTIER_LEASE),
             worker=self.worker,
             recrawl=request.meta.get(RECRAWL_RECORD),
-            changefreq=request.meta.get(SITEMAP_CHANGEFREQ),
+            lastmod=request.meta.get(SITEMAP_LASTMOD),
         )
 
     def revisit_request(self, request: Request) -> Request:
@@ -584,11 +584,11 @@ class WebSpider(Spider):
                 self.crawler.stats.inc_value("web/sitemap_invalid_loc")
                 continue
             if in_scope:
-                freq = entry.get("changefreq") if self.recrawl else None
+                lastmod = entry.get("lastmod") if self.recrawl else None
                 yield Request(
                     url,
                     errback=self.on_error,
-                    meta={SITEMAP_CHANGEFREQ: freq} if freq else None,
+                    meta={SITEMAP_LASTMOD: lastmod} if lastmod else None,
                 )
 
     def _sitemap_entries(self, body: bytes) -> Iterator[dict[str, Any]]:
