@@ -48,6 +48,7 @@ from extensions import config, defaults
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.frontier import PartitionedFrontier
 from extensions.keys import StatsKeys
+from extensions.recrawl import Figures, fleet_figures
 from extensions.scheduler import worker_id
 from extensions.scripts import LUA_NOW_MS, script, server_now_ms
 
@@ -237,6 +238,28 @@ async def fleet_view(
     return view
 
 
+def recrawl_part(figures: Figures) -> str:
+    """The continuous crawl's part of the fleet line ("" without one).
+
+    >>> from extensions.freshness import Demand, Window
+    >>> f = Figures(Demand({-160: 150, -8: 36}), 2.0, 160.0,
+    ...             Window(30.0, 90, 90, 30, 55), {})
+    >>> recrawl_part(f)
+    '; recrawl: estimated freshness 86%, revisits (30 s) 33% changed, 61% 304'
+    """
+    if not figures.pages:
+        return ""
+    shares = figures.shares()
+    freshness = figures.freshness or 0.0
+    if shares["changed"] is None or shares["not_modified"] is None:
+        return f"; recrawl: estimated freshness {freshness:.0%}, no revisits yet"
+    return (
+        f"; recrawl: estimated freshness {freshness:.0%}, revisits "
+        f"({figures.window.seconds:.0f} s) {shares['changed']:.0%} changed, "
+        f"{shares['not_modified']:.0%} 304"
+    )
+
+
 class FleetStats:
     """Scrapy extension: fold this worker's stats into Redis; log the fleet.
 
@@ -391,7 +414,8 @@ class FleetStats:
         return when
 
     async def log_line(self) -> None:
-        """One line a person can read: the fleet's rate, depth and leases.
+        """One line a person can read: the fleet's rate, depth and leases, and
+        the continuous crawl's freshness figures when there is one.
 
         The depth is a pipelined ZCARD per queued host (O(hosts)), once per
         ``LOGSTATS_INTERVAL``: fine for monitoring, never on the hot path."""
@@ -401,12 +425,13 @@ class FleetStats:
         )
         queued = await self._frontier.queued()
         hosts, leased = await self._frontier.counts()
+        recrawl = await fleet_figures(self._client, self.prefix)
         r = view.rates["pages"]
         dlq = sum(v for k, v in view.totals.items() if k.startswith(DLQ_PREFIX))
         logger.info(
             "Fleet: %s workers, %.1f pages/s (1m) %.1f (5m) %.1f (15m), "
             "%s pages stored; frontier: %s requests queued over %s hosts, "
-            "%s leased%s",
+            "%s leased%s%s",
             len(view.workers),
             r["1m"],
             r["5m"],
@@ -416,4 +441,5 @@ class FleetStats:
             hosts,
             leased,
             f", DLQ {dlq}" if dlq else "",
+            recrawl_part(recrawl),
         )

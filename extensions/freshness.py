@@ -556,13 +556,15 @@ def revisit_target(window: Window, scheduled: float, share: float) -> float | No
     """Revisits a second the schedule should ask for, from what the fleet
     did over the window (None: too little happened to tell).
 
-    What the fleet fetched for revisits is what it can do at least; how late
-    those revisits came says whether it can do more: on time, offer up to
-    :data:`GROWTH` times as many (spare capacity is found by using it); late
-    by :data:`LATE_TOLERANCE` of their intervals on average, hold; later,
-    ask down to :data:`DRAIN` fewer, and no more than ``share`` of all its
-    fetches (the rest is left to new URLs). Before any revisit is measured,
-    what is scheduled (or ``share`` of what is fetched) stands for it.
+    What the fleet fetched (for revisits, or ``share`` of all its fetches
+    when that is more: capacity new URLs used is capacity revisits can use)
+    is what it can do at least; how late its revisits came says whether it
+    can do more: on time, offer up to :data:`GROWTH` times as many (spare
+    capacity is found by using it); late by :data:`LATE_TOLERANCE` of their
+    intervals on average, hold; later, ask down to :data:`DRAIN` fewer, and
+    no more than ``share`` of all its fetches (the rest is left to new
+    URLs). Before any revisit is measured, what is scheduled stands for
+    them.
 
     >>> w = Window(60.0, stored=600, revisits=600, timed=600)
     >>> revisit_target(w, 10.0, 1.0)  # on time: probe a quarter more
@@ -579,10 +581,11 @@ def revisit_target(window: Window, scheduled: float, share: float) -> float | No
     if window.seconds <= 0 or window.stored < MIN_EVENTS:
         return None
     fetched = window.stored / window.seconds
+    base = share * fetched
     if window.revisits >= MIN_EVENTS:
-        base = window.revisits / window.seconds
+        base = max(base, window.revisits / window.seconds)
     else:
-        base = max(scheduled, share * fetched)
+        base = max(base, scheduled)
     late = window.lateness / LATE_TOLERANCE
     factor = min(GROWTH, max(1 - DRAIN, math.exp(GAIN * (1 - late))))
     target = base * factor

@@ -70,6 +70,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -103,7 +104,7 @@ from extensions.freshness import (
 )
 from extensions.keys import FrontierKeys
 from extensions.meta import RECRAWL_RECORD
-from extensions.scripts import LUA_NOW_MS, script
+from extensions.scripts import LUA_NOW_MS, script, server_now_ms
 from extensions.signals import items_stored
 
 if TYPE_CHECKING:
@@ -140,6 +141,15 @@ START_PRICE_SHARE = 0.26
 WINDOW_INTERVALS = 10
 MIN_WINDOW_S = 30.0
 WINDOW_BUCKETS = 6
+# A revisit's request.priority: below every page the crawl discovers (the
+# frontier's scoring gives a page 0-105 by depth and kind, plus this), so a
+# host's new URLs go first and the revisits take what capacity is left; the
+# measured price then spends that. At the same priority as a seed (a revisit
+# has no depth), revisits of pages just found starved the crawl's discovery.
+REVISIT_PRIORITY = -100
+# Revisits of a host among themselves: + up to this much by the chance their
+# page changed since its last visit.
+REVISIT_PRIORITY_SPAN = 10
 # Seconds a Last-Modified may lie ahead of the response's Date (clock skew)
 # and still date a change.
 DATE_SLACK = 60.0
@@ -485,11 +495,22 @@ class Claimed:
         return Record.from_fields(self.fields) if self.fields is not None else None
 
 
+def expected_freshness_at(rate: float, interval: float) -> float:
+    """The chance a page of ``rate`` is unchanged ``interval`` seconds after
+    a visit (Poisson: ``e^-(rate interval)``).
+
+    >>> expected_freshness_at(0.0, 10.0), round(expected_freshness_at(0.1, 10.0), 3)
+    (1.0, 0.368)
+    """
+    return math.exp(-rate * interval)
+
+
 def revisit_request(url: str, claimed: Claimed | Record | None) -> Request:
     """The request that revisits ``url``: conditional on the validators of
-    its last fetch, past the dupefilter, with ``304`` let through. Its meta
-    carries the record as Redis held it and, last, ``{"due": ms}``: when the
-    visit was due (Redis time), which tells how late it came."""
+    its last fetch, past the dupefilter, with ``304`` let through, after the
+    new URLs of its host (:data:`REVISIT_PRIORITY`). Its meta carries the
+    record as Redis held it and, last, ``{"due": ms}``: when the visit was
+    due (Redis time), which tells how late it came."""
     if isinstance(claimed, Record):
         claimed = Claimed(url, claimed.fields())
     record = claimed.record if claimed is not None else None
@@ -502,7 +523,13 @@ def revisit_request(url: str, claimed: Claimed | Record | None) -> Request:
     if claimed is not None and claimed.fields is not None:
         due = {"due": claimed.due_ms} if claimed.due_ms is not None else {}
         meta[RECRAWL_RECORD] = [*claimed.fields, due]
-    return Request(url, headers=headers, meta=meta, dont_filter=True)
+    priority = REVISIT_PRIORITY
+    if record is not None and record.bin is not None:
+        # The likelier the page changed since its last visit, the sooner:
+        # under pressure a host's queue serves the changing pages first.
+        changed = 1 - expected_freshness_at(bin_rate(record.bin), record.interval)
+        priority += round(REVISIT_PRIORITY_SPAN * changed)
+    return Request(url, headers=headers, meta=meta, dont_filter=True, priority=priority)
 
 
 def _first(headers: Mapping[str, Sequence[str]], name: str) -> str | None:
@@ -793,8 +820,7 @@ class RecrawlSchedule:
 
     async def now_ms(self) -> int:
         """Redis ``TIME`` in ms: the clock of every due time."""
-        seconds, micros = await self.client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return await server_now_ms(self.client, self.keys.recrawl)
 
     async def size(self) -> int:
         return int(await self.client.zcard(self.keys.recrawl))
@@ -850,6 +876,13 @@ async def figures(client: aredis.Redis, prefix: str, now_ms: int) -> Figures:
         number(STAT_PRICE),
         number(STAT_TARGET),
     )
+
+
+async def fleet_figures(client: aredis.Redis, prefix: str) -> Figures:
+    """:func:`figures` now (Redis time): for ``scrapy status``, the fleet
+    line and ``/metrics``."""
+    now_ms = await server_now_ms(client, FrontierKeys(prefix).recrawl_stats)
+    return await figures(client, prefix, now_ms)
 
 
 def _text(value: bytes | str) -> str:
@@ -937,9 +970,10 @@ class Recrawler:
 
     Stats: ``recrawl/scheduled`` (next visits written), ``recrawl/revisits``
     (due URLs claimed), ``recrawl/conditional`` (revisits with a validator),
-    ``recrawl/changed`` and ``recrawl/not_modified`` (revisits that found a
-    change, answered 304), ``recrawl/price`` and ``recrawl/target`` (the
-    last price solved, s, and the revisit rate it aims at, 1/s); with a
+    ``recrawl/revisited`` (revisits stored), ``recrawl/changed`` and
+    ``recrawl/not_modified`` (of them, found changed, answered 304),
+    ``recrawl/price`` and ``recrawl/target`` (the last price solved, s, and
+    the revisit rate it aims at, 1/s); with a
     schedule store, ``recrawl/parked`` (next visits written to it) and
     ``recrawl/loaded`` (moved from it into Redis).
     """
@@ -1056,6 +1090,8 @@ class Recrawler:
             del self._out[: len(chunk)]
             self._inc("recrawl/scheduled", len(batch))
             for plan in batch:
+                if plan.outcome != "first":
+                    self._inc("recrawl/revisited")
                 if plan.outcome in ("changed", "not_modified"):
                     self._inc(f"recrawl/{plan.outcome}")
 

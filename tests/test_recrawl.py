@@ -19,10 +19,12 @@ from extensions.freshness import (
     Bounds,
     History,
     optimal_interval,
+    rate_bin,
 )
 from extensions.meta import RECRAWL_RECORD, SITEMAP_LASTMOD
 from extensions.recrawl import (
     START_PRICE_SHARE,
+    WINDOW_BUCKETS,
     Claimed,
     Planned,
     Record,
@@ -31,6 +33,7 @@ from extensions.recrawl import (
     Visit,
     adaptive_interval,
     budgeted_interval,
+    figures,
     next_visit,
     revisit_request,
     uniform_interval,
@@ -436,3 +439,95 @@ def test_store_side_schedule_keeps_only_the_window_in_redis(
     assert held[1] - now <= 86_400_000 and held[1] - now > 86_300_000
     assert score == now + 30_000 and record == b"[1]"
     assert left == 2  # the far ones stay in the store
+
+
+def test_figures_count_each_page_once_and_the_window_its_revisits(
+    redis_url: str,
+) -> None:
+    """The schedule script keeps the fleet's figures: pages per rate bin
+    (moved, not added, when a page's estimate changes), the scheduled
+    revisit rate, the expected freshness, and the window's counters. A
+    second schedule of the visit (a second fetch of one claim) writes its
+    record but counts nothing twice."""
+    fast, slow = rate_bin(0.1), MIN_BIN
+
+    async def go() -> tuple[Any, Any]:
+        s = await _schedule(redis_url)
+        now = await s.now_ms()
+        first = Record(10.0, '"a"', None, "aa", History(), slow)
+        await s.schedule([Planned("http://a.test/", first, "", None, 0.1, 1.0, 10.0)],
+                         now, 5000)  # fmt: skip
+        revisit = Planned(
+            "http://a.test/", Record(5.0, '"b"', None, "bb", History(1, 1, 10.0, 0.0, 1),
+                                     fast),
+            prev_json=first.to_json(), old_bin=slow, scheduled=0.1, freshness=-0.2,
+            delay=5.0, outcome="changed", late=0.5,
+        )  # fmt: skip
+        await s.schedule([revisit], now, 5000)
+        await s.schedule([revisit], now, 5000)  # the same claim, fetched twice
+        found = await figures(s.client, "web", now + 1000)
+        await s.client.aclose()
+        return found, found.as_dict()
+
+    found, shown = run(go())
+    assert found.demand.pages == {fast: 1.0}  # moved from the slow bin
+    assert found.pages == 1
+    assert found.scheduled == pytest.approx(0.2)  # 1/10 + (1/5 - 1/10)
+    assert found.freshness == pytest.approx(0.8)
+    # Counters are of events: the second fetch happened, it is counted.
+    w = found.window
+    assert (w.stored, w.revisits, w.changed, w.not_modified) == (3, 2, 2, 0)
+    assert w.timed == 2 and w.late == pytest.approx(1.0)
+    assert shown["changed_share"] == 1.0 and shown["not_modified_share"] == 0.0
+    assert shown["estimated_freshness"] == pytest.approx(0.8)
+
+
+def test_the_price_is_solved_from_the_fleets_window(redis_url: str) -> None:
+    """The extension reads the fleet's figures each window bucket and solves
+    the price: a fleet that fetched 20 pages/s with its revisits on time
+    (spare capacity) takes a changing page to RECRAWL_MIN_INTERVAL; one
+    whose revisits come half their interval late (saturated) raises the
+    price until the schedule asks for less than it fetched."""
+    settings = {"RECRAWL_ENABLED": True, "REDIS_URL": redis_url,
+                "RECRAWL_MIN_INTERVAL": 3.0, "RECRAWL_DEFAULT_INTERVAL": 10.0,
+                "RECRAWL_MAX_INTERVAL": 120.0}  # fmt: skip
+    rec = Recrawler(get_crawler(settings_dict=settings))
+    changing = 1 / 30
+
+    async def window(late: float, new_pages: int) -> tuple[float, float]:
+        rec.schedule = schedule = await _schedule(redis_url)
+        rec.prefix = "web"
+        await schedule.client.flushdb()
+        now = await schedule.now_ms()
+        # 36 changing pages at 10 s, 150 static ones at 60 s: 6.1 revisits/s.
+        pages = [Planned(f"http://a.test/c{k}", Record(10.0, bin=rate_bin(changing)),
+                         scheduled=0.1, delay=10.0) for k in range(36)]  # fmt: skip
+        pages += [Planned(f"http://a.test/s{k}", Record(60.0, bin=MIN_BIN),
+                          scheduled=1 / 60, delay=60.0) for k in range(150)]  # fmt: skip
+        await schedule.schedule(pages, now, rec.bucket_ms)
+        # A window of revisits, as many as scheduled (one per page over the
+        # window's 30 s), this late.
+        revisits = [Planned(p.url, p.record, outcome="unchanged", late=late,
+                            delay=p.delay) for p in pages]  # fmt: skip
+        # And pages fetched for the first time.
+        revisits += [Planned(f"http://b.test/{k}", Record(10.0, bin=MIN_BIN),
+                             delay=10.0) for k in range(new_pages)]  # fmt: skip
+        for b in range(WINDOW_BUCKETS):
+            ago = (WINDOW_BUCKETS - 1 - b) * rec.bucket_ms
+            await schedule.schedule(revisits[b::WINDOW_BUCKETS], now - ago,
+                                    rec.bucket_ms)  # fmt: skip
+        rec._reprice_due = 0.0
+        await rec._reprice()
+        await schedule.client.aclose()
+        return rec.bounds.price, budgeted_interval(
+            Visit(rec.bounds.min * 2, True, 200, rate=changing), rec.bounds
+        )
+
+    spare_price, spare = run(window(0.0, new_pages=600))
+    tight_price, tight = run(window(0.5, new_pages=0))
+    assert spare == rec.bounds.min
+    assert tight_price > spare_price and tight > spare
+    stats = rec.crawler.stats
+    assert stats is not None and stats.get_value("recrawl/price") == round(
+        tight_price, 6
+    )
