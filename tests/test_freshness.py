@@ -227,8 +227,8 @@ def test_a_late_last_modified_or_one_without_a_change_dates_nothing() -> None:
     assert first is not None
     meta = [*first.record.fields(), {}]
     later = {"last-modified": [http(T + 10)], "date": [http(T + 10)]}
-    again = next_visit(page(T + 10, headers=later, content_hash="a" * 64,
-                            recrawl=meta), budgeted_interval, BOUNDS, T + 10)  # fmt: skip
+    item = page(T + 10, headers=later, content_hash="a" * 64, recrawl=meta)
+    again = next_visit(item, budgeted_interval, BOUNDS, T + 10)
     assert again is not None and again.outcome == "unchanged"
     assert again.record.history.changes == first.record.history.changes
 

@@ -457,9 +457,9 @@ def test_figures_count_each_page_once_and_the_window_its_revisits(
         first = Record(10.0, '"a"', None, "aa", History(), slow)
         await s.schedule([Planned("http://a.test/", first, "", None, 0.1, 1.0, 10.0)],
                          now, 5000)  # fmt: skip
+        changed = Record(5.0, '"b"', None, "bb", History(1, 1, 10.0, 0.0, 1), fast)
         revisit = Planned(
-            "http://a.test/", Record(5.0, '"b"', None, "bb", History(1, 1, 10.0, 0.0, 1),
-                                     fast),
+            "http://a.test/", changed,
             prev_json=first.to_json(), old_bin=slow, scheduled=0.1, freshness=-0.2,
             delay=5.0, outcome="changed", late=0.5,
         )  # fmt: skip
@@ -502,8 +502,9 @@ def test_the_price_is_solved_from_the_fleets_window(redis_url: str) -> None:
         # 36 changing pages at 10 s, 150 static ones at 60 s: 6.1 revisits/s.
         pages = [Planned(f"http://a.test/c{k}", Record(10.0, bin=rate_bin(changing)),
                          scheduled=0.1, delay=10.0) for k in range(36)]  # fmt: skip
-        pages += [Planned(f"http://a.test/s{k}", Record(60.0, bin=MIN_BIN),
-                          scheduled=1 / 60, delay=60.0) for k in range(150)]  # fmt: skip
+        static = Record(60.0, bin=MIN_BIN)
+        pages += [Planned(f"http://a.test/s{k}", static, scheduled=1 / 60, delay=60.0)
+                  for k in range(150)]  # fmt: skip
         await schedule.schedule(pages, now, rec.bucket_ms)
         # A window of revisits, as many as scheduled (one per page over the
         # window's 30 s), this late.
