@@ -1,7 +1,8 @@
 """Freshness and age of a continuous crawl: the revisit policies at one budget.
 
 ``python -m bench.freshness [--web measured|classes] [--interval U ...]
-[--budget B ...] [--pages N] [--seed S] [--memory N] [--ceilings]``
+[--budget B ...] [--pages N] [--seed S] [--memory N] [--ceilings]
+[--frontier]``
 
 A simulation, driven by the real policy functions of :mod:`extensions.recrawl`
 (:func:`~extensions.recrawl.uniform_interval`,
@@ -98,7 +99,7 @@ SPREAD = 8.0
 # the way an operator would set them for the fleet's capacity; the best that
 # stays within the budget is reported.
 ADAPTIVE_SCALES = (0.12, 0.18, 0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
-PRICE_SCALES = (0.05, 0.07, 0.1, 0.14, 0.2)
+PRICE_SCALES = (0.07, 0.1, 0.14)
 # Seconds per time unit of the simulation (the measured profile's day): the
 # default policy runs on HTTP dates and Redis-like milliseconds.
 UNIT_S = 86400.0
@@ -108,6 +109,10 @@ EPOCH = 1_800_000_000.0
 OLD = EPOCH - 2 * 365 * UNIT_S
 # Uniform intervals (units) of the closed-form ceiling table (--ceilings).
 CEILING_INTERVALS = (1.0, 7.0, 30.0, 90.0, 365.0)
+# Age weights of the closed-form frontier (--frontier): 0 is the freshness
+# optimum, 100 close to the age optimum; AGE_WEIGHT (0.004) is the default
+# policy's.
+FRONTIER_WEIGHTS = (0.0, 0.001, 0.004, 0.01, 0.05, 1.0, 100.0)
 
 
 @dataclass
@@ -129,6 +134,14 @@ class Web:
     times: list[list[float]]
     uniform: float  # the interval that spends the budget exactly
     horizon: float
+
+
+def gain_share(result: Result, uniform: Result, optimal: Result) -> float:
+    """The share of the optimum's freshness gain over uniform a policy
+    captures (the issue's measure)."""
+    return (result.freshness - uniform.freshness) / (
+        optimal.freshness - uniform.freshness
+    )
 
 
 def build_web(
@@ -158,6 +171,64 @@ def ceilings(pages: int, seed: int) -> list[tuple[str, float, float, float]]:
             optimal = closed_freshness(web, oracle_intervals(web, pages / u))
             out.append((profile, u, uniform, optimal))
     return out
+
+
+def closed_age(web: Web, intervals: list[float]) -> float:
+    """Cho and Garcia-Molina's closed form of age: a page changing ``l``
+    times per unit revisited every ``I`` is on average ``I / 2 - 1 / l + (1
+    - e^-lI) / (l^2 I)`` out of date (infinite for a changing page never
+    revisited)."""
+    total = 0.0
+    for rate, interval in zip(web.rates, intervals, strict=True):
+        if rate == 0:
+            continue
+        if math.isinf(interval):
+            return math.inf
+        x = rate * interval
+        total += interval / 2 - 1 / rate - math.expm1(-x) / (rate * x)
+    return total / len(web.rates)
+
+
+def frontier(
+    pages: int, seed: int, intervals: tuple[float, ...] = (7.0, 30.0)
+) -> list[tuple[float, float, float, float, float, float]]:
+    """(uniform interval, age weight, freshness, share of the optimum's gain
+    over uniform, age, age over uniform's) in closed form, for the *true*
+    rates of the measured web, no bounds: the allocation that maximises
+    freshness minus ``weight / price`` x age for the budget
+    (:func:`~extensions.freshness.optimal_interval`), from Cho and
+    Garcia-Molina's freshness optimum (weight 0) to the age optimum (a large
+    weight). No policy does better than this frontier with the same
+    budget: it says which pairs of (freshness gain, age) are reachable."""
+    out = []
+    for u in intervals:
+        budget = pages / u
+        web = build_web(pages, budget, seed, "measured", changes=False)
+        n = len(web.rates)
+        uniform_f = closed_freshness(web, [web.uniform] * n)
+        uniform_a = closed_age(web, [web.uniform] * n)
+        best = closed_freshness(web, oracle_intervals(web, budget))
+        for weight in FRONTIER_WEIGHTS:
+            chosen = allocate(web, budget, weight)
+            f, a = closed_freshness(web, chosen), closed_age(web, chosen)
+            gain = (f - uniform_f) / (best - uniform_f)
+            out.append((u, weight, f, gain, a, a / uniform_a))
+    return out
+
+
+def allocate(web: Web, budget: float, weight: float) -> list[float]:
+    """The true-rate intervals of the freshness-minus-age objective at the
+    price that spends ``budget`` (bisection on the price)."""
+    lo, hi = web.uniform * 1e-6, web.uniform * 1e3
+    intervals: list[float] = []
+    for _ in range(60):
+        price = math.sqrt(lo * hi)
+        intervals = [optimal_interval(r, price, weight) for r in web.rates]
+        if sum(1 / i for i in intervals) > budget:
+            lo = price
+        else:
+            hi = price
+    return intervals
 
 
 def oracle_intervals(web: Web, budget: float) -> list[float]:
@@ -421,8 +492,8 @@ def compare(web: Web, budget: float) -> tuple[list[Result], float]:
     results = [
         uniform,
         best_of(adaptive, "adaptive", web, budget, ADAPTIVE_SCALES),
-        simulate(FleetPlanner(web, bounds), "measured", web, budget),
-        simulate(FleetPlanner(web, bounds, dates=False), "meas. no LM", web, budget),
+        simulate(FleetPlanner(web, bounds), "default", web, budget),
+        simulate(FleetPlanner(web, bounds, dates=False), "default no LM", web, budget),
         best_of(
             lambda s: FleetPlanner(web, bounds, price=u * s),
             "hand-set",
@@ -572,9 +643,20 @@ def main(argv: list[str] | None = None) -> int:
         help="print only the closed-form optimal/uniform freshness per web "
         "profile and uniform interval (no simulation)",
     )  # fmt: skip
+    parser.add_argument(
+        "--frontier", action="store_true",
+        help="print only the closed-form freshness/age frontier of the "
+        "measured web at U = 7 and 30 (true rates, no simulation)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
     began = time.perf_counter()
+    if args.frontier:
+        print(f"{'interval':>8} {'age weight':>10} {'freshness':>9} {'gain':>5} "
+              f"{'age':>8} {'x unif':>6}")  # fmt: skip
+        for u, weight, f, gain, a, ratio in frontier(args.pages, args.seed):
+            print(f"{u:8g} {weight:10g} {f:9.3f} {gain:5.2f} {a:8.3f} {ratio:5.2f}x")
+        return 0
     if args.ceilings:
         print(f"{'web':11} {'interval':>8} {'uniform F':>9} {'optimal F':>9} "
               f"{'ratio':>6}")  # fmt: skip
@@ -601,12 +683,15 @@ def main(argv: list[str] | None = None) -> int:
     for budget, web, results, closed in runs:
         print(f"web {args.web}, {len(web.urls)} pages, budget {budget:g} fetches "
               f"per unit (uniform interval {web.uniform:g} units)")  # fmt: skip
-        print(f"{'policy':14} {'freshness':>9} {'x unif':>7} {'age':>7} "
-              f"{'fetches':>8} {'budget':>8} {'changed':>8}")  # fmt: skip
+        print(f"{'policy':14} {'freshness':>9} {'x unif':>7} {'gain':>5} {'age':>7} "
+              f"{'x unif':>6} {'fetches':>8} {'budget':>8} {'changed':>8}")  # fmt: skip
+        uniform, optimal = results[0], results[-1]
         for r in results:
-            ratio = r.freshness / results[0].freshness
-            print(f"{r.policy:14} {r.freshness:9.3f} {ratio:6.2f}x {r.age:7.3f} "
-                  f"{r.fetches:8d} {r.budget:8d} {r.changed_share:8.3f}")  # fmt: skip
+            ratio = r.freshness / uniform.freshness
+            gain = gain_share(r, uniform, optimal)
+            print(f"{r.policy:14} {r.freshness:9.3f} {ratio:6.2f}x {gain:5.2f} "
+                  f"{r.age:7.3f} {r.age / uniform.age:5.2f}x {r.fetches:8d} "
+                  f"{r.budget:8d} {r.changed_share:8.3f}")  # fmt: skip
         print(f"optimal, closed form: {closed:.3f}\n")
     print(f"({time.perf_counter() - began:.1f} s)")
     if memory is not None:
