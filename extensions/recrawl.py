@@ -1,23 +1,28 @@
 """Continuous crawling: a next-visit time per stored page, revisits with
-conditional GET, and an adaptive revisit interval per URL.
+conditional GET, a revisit interval per URL from its estimated change rate,
+and the price of a fetch measured from what the fleet fetches.
 
 Settings read (defaults in :mod:`extensions.defaults`): ``RECRAWL_ENABLED``,
 ``RECRAWL_MIN_INTERVAL``, ``RECRAWL_DEFAULT_INTERVAL``,
-``RECRAWL_MAX_INTERVAL``, ``RECRAWL_GIVE_UP_INTERVAL``, ``RECRAWL_POLICY``,
+``RECRAWL_MAX_INTERVAL``, ``RECRAWL_REVISIT_SHARE``, ``RECRAWL_POLICY``,
 ``RECRAWL_BATCH_SIZE``, ``RECRAWL_POLL_INTERVAL``, ``RECRAWL_SCHEDULE_STORE``,
 ``RECRAWL_WINDOW``, ``FRONTIER_LEASE_TIMEOUT``; ``REDIS_URL`` through
-:mod:`extensions.connection`.
+:mod:`extensions.connection`. ``RECRAWL_GIVE_UP_INTERVAL`` (a hand-set price,
+gone) is refused.
 
 How a page comes back:
 
 1. Its fetch is stored; the store's acknowledgement
    (:data:`extensions.signals.items_stored`) reaches :class:`Recrawler`,
    which reads from each item what the fetch learned (``url``, ``status``,
-   ``content_hash``, response ``headers``) and what the previous visit left in
-   the request (``recrawl``: the :data:`extensions.meta.RECRAWL_RECORD`
-   record the spider copies into the item). The policy turns that into the
-   next interval; one script writes the next-visit time and the record
-   (:data:`SCHEDULE_LUA`).
+   ``content_hash``, response ``headers``, a sitemap's ``lastmod``) and what
+   the previous visit left in the request (``recrawl``: the
+   :data:`extensions.meta.RECRAWL_RECORD` record and due time the spider
+   copies into the item): :func:`next_visit` updates the page's change
+   history (:class:`~extensions.freshness.History`), estimates its rate and
+   asks the policy for the next interval. One script writes the next-visit
+   time, the record, the fleet's freshness figures and the window's
+   counters (:data:`SCHEDULE_LUA`).
 2. Every ``RECRAWL_POLL_INTERVAL`` seconds one script claims the due URLs
    (:data:`CLAIM_LUA`): it pushes their next-visit time a hold ahead in the
    same step (the longer of ``RECRAWL_MIN_INTERVAL`` and
@@ -27,18 +32,24 @@ How a page comes back:
    still waiting in its host's queue when the hold ends is claimed again; its
    second copy is the same queue member and is not queued twice.
 3. The revisit request (``dont_filter``: the Bloom filter marked the URL seen
-   on discovery, and a seen URL must stay revisitable) carries the record in
-   its meta and the validators as ``If-None-Match`` / ``If-Modified-Since``,
-   and goes to ``engine.crawl``: the scheduler writes it ahead and pushes it
-   into its host's queue exactly as a discovered URL, so the host schedule,
-   robots.txt, the per-host lock and back-off govern it as any other request.
-   ``304`` is in its ``handle_httpstatus_list``: not-modified is an outcome,
-   not an error.
+   on discovery, and a seen URL must stay revisitable) carries the record and
+   its due time in its meta and the validators as ``If-None-Match`` /
+   ``If-Modified-Since``, and goes to ``engine.crawl``: the scheduler writes
+   it ahead and pushes it into its host's queue exactly as a discovered URL,
+   so the host schedule, robots.txt, the per-host lock and back-off govern it
+   as any other request; it comes after the host's new URLs
+   (:data:`REVISIT_PRIORITY`). ``304`` is in its ``handle_httpstatus_list``:
+   not-modified is an outcome, not an error.
+
+Every window bucket, each worker reads the fleet's figures (:func:`figures`)
+and solves the price of a fetch (:func:`~extensions.freshness.reprice`).
 
 Redis layout (:class:`extensions.keys.FrontierKeys`): ``recrawl`` ZSET
 url -> next visit (ms, Redis ``TIME``); ``recrawl:data`` HASH url -> JSON
-``[interval s, etag, last-modified, content hash, visits, changes, observed
-s]`` (the last three: the page's change history, :class:`History`). The
+record (:class:`Record`); ``recrawl:stats`` HASH: known pages per rate bin
+(``b<n>``), the scheduled revisit rate, the summed expected freshness, the
+bucket length, the last price and target, counters since the start;
+``recrawl:w:<n>`` HASH: the counters of window bucket n (expiring). The
 validators live in Redis, not in the store, so building a revisit reads no
 store on the hot path.
 
@@ -46,10 +57,10 @@ The store-side schedule (``RECRAWL_SCHEDULE_STORE``, a class path built with
 ``build_from_crawler``, satisfying :class:`ScheduleStore`; the page store's
 is :class:`pipelines.stores.schedule.PageStoreSchedule`): a next visit more
 than ``RECRAWL_WINDOW`` ahead is written to the store (url, due time, record)
-and removed from Redis (:data:`PARK_LUA`); every quarter window, each worker
-moves what falls due within the window back into Redis with its due time
-(:data:`LOAD_LUA`: a URL already there keeps its own, so refills that meet
-are harmless) and deletes it from the store, only where the store still
+and removed from Redis by the schedule script; every quarter window, each
+worker moves what falls due within the window back into Redis with its due
+time (:data:`LOAD_LUA`: a URL already there keeps its own, so refills that
+meet are harmless) and deletes it from the store, only where the store still
 holds that due time (a page rescheduled meanwhile keeps its new one). Redis
 then holds the window only. Due times are Redis ``TIME`` in both places. A
 worker that dies between two of these steps leaves a URL in both places: it
@@ -57,10 +68,11 @@ is revisited once more than needed, never lost.
 
 The policy (``RECRAWL_POLICY``, a dotted path like
 ``FRONTIER_PRIORITY_FUNCTION``) is ``policy(visit, bounds) -> seconds``;
-:func:`budgeted_interval` (Cho and Garcia-Molina's optimal revisit
-frequency for each page's estimated change rate) is the default,
-:func:`adaptive_interval` (Nutch's steps) and :func:`uniform_interval` (the
-baseline) the others the freshness benchmark compares it with.
+:func:`budgeted_interval` (Cho and Garcia-Molina's optimal revisit interval
+for each page's estimated change rate, at the measured price) is the
+default, :func:`adaptive_interval` (Nutch's steps) and
+:func:`uniform_interval` (the baseline) the others the freshness benchmark
+compares it with.
 """
 
 from __future__ import annotations
