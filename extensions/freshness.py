@@ -55,8 +55,8 @@ HISTORY_WINDOW = 32
 # With 0.004 such a page is revisited about every sqrt(2 / 0.004) = 22
 # prices. The largest weight that keeps 75 % of the optimum's freshness gain
 # over uniform on the benchmark's measured web at both budgets (two seeds;
-# bench/RESULTS.md): a larger one trades freshness for age (0.05: ~60 % of
-# the gain at 0.6-0.7x uniform's age), a smaller one age for freshness.
+# bench/RESULTS.md): a larger one trades freshness for age (0.05: 55-59 % of
+# the gain at 0.65-0.75x uniform's age), a smaller one age for freshness.
 AGE_WEIGHT = 0.004
 # Rate histogram bins (Demand): four per octave, 2^-40 (one change in ~35,000
 # years: never) to 2^7 changes a second.
