@@ -1147,8 +1147,12 @@ class Recrawler:
         self._clock = None  # a fresh TIME: the clock offset is measured again
         now_ms = await self._now_ms()
         found = await figures(self.schedule.client, self.prefix, now_ms)
-        solved = reprice(found.demand, found.scheduled, found.window, self.share,
-                         self.bounds)  # fmt: skip
+        # Tens of ms of arithmetic over the rate bins: off the reactor.
+        solved = await asyncio.get_running_loop().run_in_executor(
+            None,
+            functools.partial(reprice, found.demand, found.scheduled, found.window,
+                              self.share, self.bounds),
+        )  # fmt: skip
         if solved is None:
             return
         price, target = solved
