@@ -351,8 +351,9 @@ def budgeted_interval(visit: Visit, bounds: Bounds) -> float:
     changing pages are chased to the minimum interval; under pressure the
     fastest are let go first; static pages drift to the maximum. A new page
     starts at its target, but not above :data:`MAX_STEP` times its hint (or
-    the default); a failed fetch (nothing compared) lengthens the interval
-    as in :func:`adaptive_interval`.
+    the default), and a failed one at that bound; a failed revisit
+    (nothing compared) lengthens the interval as in
+    :func:`adaptive_interval`.
 
     >>> b = Bounds(60, 3600, 86400, price=600)
     >>> budgeted_interval(Visit(None, None, 200), b)  # nothing known yet
@@ -365,10 +366,16 @@ def budgeted_interval(visit: Visit, bounds: Bounds) -> float:
     2000.0
     >>> budgeted_interval(Visit(1000.0, None, 500, rate=1 / 3000), b)
     1400.0
+    >>> budgeted_interval(Visit(None, None, 0, rate=1 / 6000), b)  # failed
+    7200.0
     """
     target = optimal_interval(visit.rate, bounds.price)
     if visit.interval is None:
         base = visit.hint if visit.hint is not None else bounds.default
+        if not 200 <= visit.status < 300:
+            # A failed first fetch (an error, a page robots.txt forbids):
+            # nothing says the page changes; its pool's rate is not its own.
+            return bounds.clamp(base * MAX_STEP)
         return bounds.clamp(min(target, base * MAX_STEP))
     if visit.changed is None:
         return bounds.clamp(visit.interval * (1 + INC_RATE))

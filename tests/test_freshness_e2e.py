@@ -22,6 +22,7 @@ from demo.localcrawl import crawl_sandbox
 from sandbox.changes import ChangeModel
 from sandbox.site import SiteSpec
 from tests.test_crawl_e2e import stored_urls
+from tests.test_operate import status
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -122,5 +123,22 @@ def test_pages_that_change_are_chased_and_kept_fresh(
         assert first["status"] == 200
         assert all(r["status"] == 304 and "inm" in r for r in again), url
         assert pages[url].metadata["etag"] == first["etag"] and pages[url].text
+    # Shown: `scrapy status` and the fleet line carry the figures.
+    shown = status({"REDIS_URL": redis_url, "WEBCRAWL_HOME": str(tmp_path)})
+    figures = shown["recrawl"]
+    # Every stored URL counted once (the pages, and the /private/ ones
+    # robots.txt refused, recorded and rescheduled as failures).
+    assert figures["pages"] == shown["pages_stored"] >= len(expected)
+    # 150 pages that never change, 36 fresh about half the time.
+    assert 0.75 < figures["estimated_freshness"] < 1.0
+    totals = figures["totals"]
+    # The sandbox's revisits, and those of the /private/ pages robots.txt
+    # refuses (failures, revisited without a request).
+    revisited = sum(len(v) - 1 for v in by_url.values())
+    assert totals["revisits"] >= revisited
+    assert totals["not_modified"] == sum(r["status"] == 304 for r in records)
+    assert 0 < totals["changed"] < totals["revisits"]
+    logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("*.log"))
+    assert "; recrawl: estimated freshness " in logs
     print(f"revisits: changing {chased:.1f}, unchanged {left:.1f}; "
-          f"fresh {len(fresh)}/36; stale {stale}")  # fmt: skip
+          f"fresh {len(fresh)}/36; stale {stale}; status {figures}")  # fmt: skip
