@@ -82,6 +82,8 @@ key                             type    what it holds
                                         counters since the crawl began
 ``web:{web}:recrawl:w:<n>``     HASH    revisit counters of window bucket n
                                         (Redis time); expire after the window
+``web:{web}:recrawl:claimed``   HASH    claimed URL -> the time it was first
+                                        due, until its next visit is written
 ``web:{web}:lock:<id>``         STRING  per-host download lock (token, PX);
                                         id: host, registered domain or IP
 ``web:{web}:refill``            SET     hosts with spilled requests
@@ -209,6 +211,7 @@ class FrontierKeys:
         self.recrawl = base + "recrawl"
         self.recrawl_data = base + "recrawl:data"
         self.recrawl_stats = base + "recrawl:stats"
+        self.recrawl_claimed = base + "recrawl:claimed"
         self.partitions = base + "partitions"
 
     def queue(self, host: str) -> str:

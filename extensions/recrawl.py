@@ -162,6 +162,8 @@ REVISIT_PRIORITY = -100
 # Revisits of a host among themselves: + up to this much by the chance their
 # page changed since its last visit.
 REVISIT_PRIORITY_SPAN = 10
+# The chance of a change a revisit's priority assumes for a page seen once.
+UNKNOWN_CHANGE_CHANCE = 0.5
 # Seconds a Last-Modified may lie ahead of the response's Date (clock skew)
 # and still date a change.
 DATE_SLACK = 60.0
@@ -184,7 +186,8 @@ COUNTERS = ("stored", "revisits", "changed", "not_modified", "timed", "late_mill
 # from: a second fetch of one claim, or a page rescheduled meanwhile, writes
 # its record but changes no figure twice.
 # KEYS[1] recrawl ZSET, KEYS[2] recrawl data HASH, KEYS[3] recrawl stats
-# HASH, KEYS[4] the window bucket HASH of now (named by the caller)
+# HASH, KEYS[4] the window bucket HASH of now (named by the caller), KEYS[5]
+# claimed HASH (the URL's claim ends)
 # ARGV[1] bucket TTL (s), ARGV[2] bucket length (ms), ARGV[3] n counters,
 # then n (name, count) pairs, then 8 fields per page: url, delay ms ('': park
 # it), record JSON, previous record JSON ('': none), old bin ('': not
@@ -207,6 +210,7 @@ local pages = 0
 for i = 4 + 2 * n, #ARGV, 8 do
   local url = ARGV[i]
   local current = redis.call('HGET', KEYS[2], url) or ''
+  redis.call('HDEL', KEYS[5], url)
   if current == ARGV[i + 3] then
     if ARGV[i + 4] ~= '' then
       redis.call('HINCRBY', KEYS[3], 'b' .. ARGV[i + 4], -1)
@@ -232,11 +236,14 @@ return pages
 
 # claim: take up to `count` due URLs, pushing their next visit `hold` ms
 # ahead in the same step (the claim: no other worker takes them; a lost
-# revisit comes due again after `hold`).
-# KEYS[1] recrawl ZSET, KEYS[2] recrawl data HASH
+# revisit comes due again after `hold`). A URL's first claim keeps its due
+# time in the claimed HASH until its next visit is scheduled: a claim after
+# the hold hands out that same time, so the revisit request it makes is the
+# one still queued (one queue member, not a second copy).
+# KEYS[1] recrawl ZSET, KEYS[2] recrawl data HASH, KEYS[3] claimed HASH
 # ARGV[1] count, ARGV[2] hold ms
 # Returns {url1, record1, due1, url2, ...} (record: JSON or false; due: the
-# ms the URL was due at).
+# ms the URL was first due at).
 CLAIM_LUA = (
     LUA_NOW_MS
     + """
@@ -247,9 +254,14 @@ local out = {}
 for i = 1, #due, 2 do
   local url = due[i]
   redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), url)
+  local first = redis.call('HGET', KEYS[3], url)
+  if not first then
+    first = due[i + 1]
+    redis.call('HSET', KEYS[3], url, first)
+  end
   out[#out + 1] = url
   out[#out + 1] = redis.call('HGET', KEYS[2], url)
-  out[#out + 1] = due[i + 1]
+  out[#out + 1] = first
 end
 return out
 """
@@ -545,8 +557,13 @@ def revisit_request(url: str, claimed: Claimed | Record | None) -> Request:
     priority = REVISIT_PRIORITY
     if record is not None and record.bin is not None:
         # The likelier the page changed since its last visit, the sooner:
-        # under pressure a host's queue serves the changing pages first.
+        # under pressure a host's queue serves the changing pages first. A
+        # page seen once says little (its first look may predate its first
+        # change): it counts as even odds, or it could starve behind pages
+        # known to change and never be found to change itself.
         changed = 1 - expected_freshness_at(bin_rate(record.bin), record.interval)
+        if record.history.visits <= 1:
+            changed = max(changed, UNKNOWN_CHANGE_CHANCE)
         priority += round(REVISIT_PRIORITY_SPAN * changed)
     return Request(url, headers=headers, meta=meta, dont_filter=True, priority=priority)
 
@@ -815,11 +832,12 @@ class RecrawlSchedule:
                 repr(p.freshness),
             ]
         keys = [self.keys.recrawl, self.keys.recrawl_data, self.keys.recrawl_stats,
-                self.keys.recrawl_window(now_ms // bucket_ms)]  # fmt: skip
+                self.keys.recrawl_window(now_ms // bucket_ms),
+                self.keys.recrawl_claimed]  # fmt: skip
         return int(await self._schedule(keys=keys, args=args))
 
     async def claim(self, count: int, hold_ms: int) -> list[Claimed]:
-        keys = [self.keys.recrawl, self.keys.recrawl_data]
+        keys = [self.keys.recrawl, self.keys.recrawl_data, self.keys.recrawl_claimed]
         res: list[Any] = await self._claim(keys=keys, args=[count, hold_ms])
         out: list[Claimed] = []
         for i in range(0, len(res), 3):

@@ -85,6 +85,7 @@ def test_every_key_of_the_readme_key_table_is_named_in_keys() -> None:
         f.queue("H"), f.ready, f.host("H"), f.leases, f.lease_data, f.seq,
         f.workers, f.wal("W"), f.paused, f.poison, f.poison + ":K",
         f.recrawl, f.recrawl_data, f.recrawl_stats, f.recrawl_window(7),
+        f.recrawl_claimed,
         f.delayed, f.dlq, f.dlq_reasons, f.partitions,
         f.dlq_unrecorded,
         f.refill, f.spill_lock("H"),

@@ -532,3 +532,40 @@ def test_the_price_is_solved_from_the_fleets_window(redis_url: str) -> None:
     assert stats is not None and stats.get_value("recrawl/price") == round(
         tight_price, 6
     )
+
+
+def test_a_claim_after_the_hold_makes_the_same_revisit_request(redis_url: str) -> None:
+    """A revisit still queued when its claim's hold ends is claimed again:
+    the request must be the one already queued (the frontier queues a
+    member once), so it carries the time the URL was first due, until its
+    next visit is written. Before: each claim carried its own due time, and
+    a saturated host's queue filled with copies of the same revisit."""
+
+    async def go() -> tuple[Any, Any, Any]:
+        s = await _schedule(redis_url)
+        await write(s, [("http://a.test/", Record(0.0, '"e"'))])
+        (first,) = await s.claim(10, 50)
+        await asyncio.sleep(0.2)  # the hold (50 ms, Redis TIME) is over
+        (again,) = await s.claim(10, 50)
+        # Its visit is written: the next claim is a new visit.
+        await write(s, [("http://a.test/", Record(0.0, '"f"'))])
+        await asyncio.sleep(0.05)
+        (later,) = await s.claim(10, 60_000)
+        await s.client.aclose()
+        return first, again, later
+
+    first, again, later = run(go())
+    one, two = (revisit_request(c.url, c) for c in (first, again))
+    assert one.meta == two.meta and one.priority == two.priority
+    assert later.due_ms is not None and first.due_ms is not None
+    assert later.due_ms > first.due_ms
+
+
+def test_revisits_likely_changed_go_first_and_a_page_seen_once_at_even_odds() -> None:
+    fast = Record(60.0, bin=rate_bin(1 / 30), history=History(5, 5, 300.0, 50.0, 0))
+    static = Record(60.0, bin=MIN_BIN, history=History(5, 0, 300.0, 300.0, 0))
+    once = Record(20.0, bin=MIN_BIN, history=History(1, 0, 20.0, 20.0, 0))
+    fast_p, static_p, once_p = (
+        revisit_request("http://a.test/", r).priority for r in (fast, static, once)
+    )
+    assert fast_p > once_p > static_p
