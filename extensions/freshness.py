@@ -64,7 +64,8 @@ BINS_PER_OCTAVE = 4
 MIN_BIN = -40 * BINS_PER_OCTAVE
 MAX_BIN = 7 * BINS_PER_OCTAVE
 # A pooled prior counts as this many visits of the pool's average visit for
-# a new page, and PRIOR_VISITS / (1 + visits) for a page with history.
+# a new page, and PRIOR_VISITS / (1 + visits)^2 for a page with history (a
+# page's own visits soon outweigh its pool's).
 PRIOR_VISITS = 2.0
 # A pool is used once it holds this many visits (a directory's, else the
 # host's, else the crawl's); past POOL_WINDOW visits its evidence is halved.
@@ -181,13 +182,13 @@ class History:
         estimator with last-modified dates). ``prior`` is a pool's average visit
         (changes, seconds known unchanged): it counts as
         :data:`PRIOR_VISITS` such visits for a new page, fewer as the page's
-        own visits add up (``PRIOR_VISITS / (1 + visits)``), so a page that
+        own visits add up (``PRIOR_VISITS / (1 + visits)^2``), so a page that
         never changes drifts to the longest interval whatever its directory
         does. With blind changes, half an unchanged mean gap is added to
         ``E`` (Cho and Garcia-Molina's bias reduction: with blind changes
         only, the estimate is their ``-ln((n - X + 0.5) / (n + 0.5)) / I``,
         finite when every visit found a change)."""
-        weight = PRIOR_VISITS / (1 + self.visits)
+        weight = PRIOR_VISITS / (1 + self.visits) ** 2
         prior = (prior[0] * weight, prior[1] * weight)
         changes = self.changes - self.blind + prior[0]
         gap = self.observed / self.visits if self.visits else 0.0

@@ -569,3 +569,47 @@ def test_revisits_likely_changed_go_first_and_a_page_seen_once_at_even_odds() ->
         revisit_request("http://a.test/", r).priority for r in (fast, static, once)
     )
     assert fast_p > once_p > static_p
+
+
+def test_closing_does_not_send_a_batch_twice(redis_url: str) -> None:
+    """A worker closing while a schedule script is on its way waits for its
+    reply. Before, the loop was cancelled there: the batch stayed in the
+    outbox, the last flush sent it again, and the window's counters (events,
+    not guarded like the per-page figures) counted it twice."""
+    rec = Recrawler(get_crawler(settings_dict={"RECRAWL_ENABLED": True,
+                                               "REDIS_URL": redis_url}))  # fmt: skip
+    real = RecrawlSchedule.schedule
+    sent = asyncio.Event()
+
+    async def slow(self: RecrawlSchedule, *args: Any, **kw: Any) -> int:
+        done = await real(self, *args, **kw)
+        sent.set()
+        await asyncio.sleep(0.5)  # the reply is slow to come back
+        return done
+
+    async def no_feed() -> None:  # no engine in this test: nothing to feed
+        return None
+
+    async def go() -> dict[bytes, bytes]:
+        rec._feed = no_feed  # type: ignore[method-assign]
+        rec._opened(type("Spider", (), {"name": "web"})())
+        assert rec.schedule is not None
+        await rec.schedule.client.flushdb()
+        rec._out = [
+            (p, time.monotonic())
+            for p in due_in(
+                [(f"http://a.test/{k}", Record(60.0, bin=MIN_BIN)) for k in range(7)]
+            )
+        ]
+        await sent.wait()
+        await rec._closed(None)
+        client = aredis.Redis.from_url(redis_url)
+        stats = await client.hgetall("web:{web}:recrawl:stats")
+        await client.aclose()
+        return stats
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RecrawlSchedule, "schedule", slow)
+        stats = run(go())
+    assert int(stats[b"stored"]) == 7
+    assert int(stats[b"b" + str(MIN_BIN).encode()]) == 7
