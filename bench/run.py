@@ -592,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("bench.bloom", size.bloom_args),
                 ("bench.pipeline", size.pipeline_args),
                 # Continuous crawling: freshness of the revisit policies and
-                # the schedule's Redis bytes per URL, both schedules (~55 s).
+                # the schedule's Redis bytes per URL, both schedules (~2 min).
                 ("bench.freshness", ["--memory", "100000"]),
                 # A fleet on a local 3-master Redis Cluster: per-master work
                 # and the ceiling table (~2 minutes; full runs only).

@@ -117,6 +117,8 @@ class FrontierKeys:
         base = f"{prefix}:{partition_tag(prefix)}:"
         self.recrawl = base + "recrawl"
         self.recrawl_data = base + "recrawl:data"
+        self.recrawl_stats = base + "recrawl:stats"
+        self.recrawl_claimed = base + "recrawl:claimed"
         self.partitions = base + "partitions"
 
     def queue(self, host: str) -> str:
@@ -124,6 +126,15 @@ class FrontierKeys:
 
     def host(self, host: str) -> str:
         return self.host_prefix + host
+
+    def recrawl_window(self, bucket: int) -> str:
+        """The recrawl counters of one window bucket
+        (:mod:`extensions.extensions.recrawl`).
+
+        >>> FrontierKeys("web").recrawl_window(7)
+        'web:{web}:recrawl:w:7'
+        """
+        return self.recrawl_stats[: -len("stats")] + f"w:{bucket}"
 
     def spill_lock(self, host: str) -> str:
         """The refill lock of one host (:mod:`extensions.core.frontier.spill`).

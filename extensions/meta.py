@@ -47,9 +47,10 @@ HOST_DOWN = "host_down"
 #: the item, whose ``recrawl`` attribute bears the same name.
 RECRAWL_RECORD = "recrawl"
 
-#: A sitemap's ``<changefreq>`` for the page (a revisit hint the spider sets
-#: when ``RECRAWL_ENABLED`` and copies into the item).
-SITEMAP_CHANGEFREQ = "changefreq"
+#: A sitemap's ``<lastmod>`` for the page (when it last changed: the spider
+#: sets it when ``RECRAWL_ENABLED`` and copies it into the item; the recrawl
+#: schedule dates a new page's last change with it).
+SITEMAP_LASTMOD = "lastmod"
 
 #: The seed-list entry a seed request was made from (a str, set by the
 #: spider when it takes the seed, :mod:`extensions.core.seeds`). The scheduler
@@ -76,7 +77,7 @@ WEBCRAWL_META = frozenset(
         ROBOTS_FETCH,
         HOST_DOWN,
         RECRAWL_RECORD,
-        SITEMAP_CHANGEFREQ,
+        SITEMAP_LASTMOD,
         SEED_TAKEN,
         FAILURE_META,
         DELAY_META,

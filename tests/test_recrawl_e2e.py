@@ -65,9 +65,6 @@ def test_two_workers_revisit_changing_pages(
             "RECRAWL_MIN_INTERVAL": 1.0,
             "RECRAWL_DEFAULT_INTERVAL": 3.0,
             "RECRAWL_MAX_INTERVAL": 20.0,
-            # The default (budgeted) policy's price: pages changing every
-            # 3 s are chased (~1.6 s), every 30 s visited ~4 s apart.
-            "RECRAWL_GIVE_UP_INTERVAL": 0.3,
             "RECRAWL_POLL_INTERVAL": 0.25,
             "PIPELINE_FLUSH_INTERVAL": 0.25,
             **schedule,

@@ -53,6 +53,7 @@ from extensions.core.seeds import (
     seed_source,
 )
 from extensions.extensions.fleetstats import fleet_view
+from extensions.extensions.recrawl import fleet_figures
 from extensions.keys import (
     DEFAULT_CRAWL,
     FrontierKeys,
@@ -208,6 +209,7 @@ async def gather_status(
         # which forget what a requeue or purge took out).
         dlq_by_reason = await DeadLetters(client, crawl, len(frontier.parts)).sizes()
         retries_pending = await frontier.retries()
+        recrawl = await fleet_figures(client, crawl)
     finally:
         await client.aclose()
     store = _store(settings)
@@ -240,6 +242,8 @@ async def gather_status(
         "totals": fleet.totals,
         "top_hosts": [{"host": h, "queued": n} for h, n in fv.top_hosts],
         "bloom": bloom,
+        # The continuous crawl's freshness figures (None: no revisit schedule).
+        "recrawl": recrawl.as_dict() if recrawl.pages else None,
         "redis": _memory(memory),
         # The fleet's figure: what every worker wrote to its page store,
         # wherever that is (this machine's WEBCRAWL_HOME may not be the
@@ -364,6 +368,8 @@ def render_status(s: dict[str, Any]) -> str:
         else "  bloom       (not created yet)"
     )
     lines.append(f"  redis       {s['redis']['used_memory_human']} used")
+    if s.get("recrawl"):
+        lines.append(render_recrawl(s["recrawl"]))
     if s["waiting_for_seeds"]:
         lines.append(
             "  NO SEEDS: workers are waiting; push some with `scrapy seed FILE`"
@@ -381,6 +387,37 @@ def render_status(s: dict[str, Any]) -> str:
         lines.append("Top hosts by queue:")
         lines += [f"  {t['queued']:>8}  {t['host']}" for t in s["top_hosts"]]
     return "\n".join(lines)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def render_recrawl(r: dict[str, Any]) -> str:
+    """The ``recrawl`` line of ``scrapy status``: known pages, the store's
+    estimated freshness, what the last window's revisits found, the price.
+
+    >>> print(render_recrawl({"pages": 186, "estimated_freshness": 0.873,
+    ...     "window_s": 30.0, "window": {"revisits": 120}, "changed_share": 0.3,
+    ...     "not_modified_share": 0.65, "price_s": 2.5, "target_per_s": 5.2}))
+    ... # doctest: +NORMALIZE_WHITESPACE
+      recrawl     186 known pages, estimated freshness 87%; last 30 s: 120
+                  revisits, 30% changed, 65% answered 304; price 2.5 s for
+                  5.2 revisits/s
+    """
+    price = r.get("price_s")
+    return (
+        f"  recrawl     {_num(r['pages'])} known pages, estimated freshness "
+        f"{_share(r.get('estimated_freshness'))}; last {r['window_s']:.0f} s: "
+        f"{_num(r['window'].get('revisits', 0))} revisits, "
+        f"{_share(r.get('changed_share'))} changed, "
+        f"{_share(r.get('not_modified_share'))} answered 304"
+        + (
+            f"; price {price:.3g} s for {r['target_per_s']:.3g} revisits/s"
+            if price is not None and r.get("target_per_s") is not None
+            else ""
+        )
+    )
 
 
 # -- seeds ---------------------------------------------------------------------

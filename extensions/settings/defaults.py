@@ -87,12 +87,12 @@ SEED_META_KEYS: list[str] = []
 RECRAWL_ENABLED = False
 # Shortest revisit interval of a page, seconds.
 RECRAWL_MIN_INTERVAL: Annotated[float, Range(above=0)] = 3600.0
-# First revisit interval of a page without a Cache-Control/Expires/sitemap hint, seconds.
+# First revisit interval of a page the crawl knows nothing about yet (no Cache-Control/Expires hint), seconds.
 RECRAWL_DEFAULT_INTERVAL: Annotated[float, Range(above=0)] = 86400.0
 # Longest revisit interval of a page, seconds.
 RECRAWL_MAX_INTERVAL: Annotated[float, Range(above=0)] = 2_592_000.0
-# Budgeted policy's price of a fetch, seconds: pages estimated to change more often are not chased.
-RECRAWL_GIVE_UP_INTERVAL: Annotated[float, Range(above=0)] = 7200.0
+# Largest share of the fleet's fetches spent on revisits while it is saturated (the rest is left to new URLs).
+RECRAWL_REVISIT_SHARE: Annotated[float, Range(above=0, high=1)] = 1.0
 # Dotted path of the policy function(visit, bounds) -> next interval in seconds.
 RECRAWL_POLICY = "extensions.extensions.recrawl.budgeted_interval"
 # Class path of a store for next visits beyond RECRAWL_WINDOW (empty: the whole schedule in Redis).

@@ -50,11 +50,7 @@ from scrapy.utils.gz import gunzip
 from scrapy.utils.sitemap import Sitemap
 
 import extensions.settings.defaults
-from extensions.meta import (
-    FRONTIER_LEASE,
-    RECRAWL_RECORD,
-    SITEMAP_CHANGEFREQ,
-)
+from extensions.meta import FRONTIER_LEASE, RECRAWL_RECORD, SITEMAP_LASTMOD
 from extensions.settings import config
 from extensions.settings.config import SettingsError
 from extensions.utils.failures import TrapFiltered
@@ -174,7 +170,7 @@ class WebSpider(Spider):
         spider.skip_suffixes = tuple(
             "." + ext.lower().lstrip(".") for ext in s.getlist("LINK_SKIP_EXTENSIONS")
         )
-        # Sitemap <changefreq> hints travel with requests only when revisits
+        # Sitemap <lastmod> dates travel with requests only when revisits
         # are on (extensions.extensions.recrawl): otherwise they would cost queue bytes.
         spider.recrawl = s.getbool("RECRAWL_ENABLED")
         crawler.signals.connect(spider._on_closed, signal=signals.spider_closed)
@@ -218,7 +214,7 @@ class WebSpider(Spider):
             lease=request.meta.get(FRONTIER_LEASE),
             worker=self.worker,
             recrawl=request.meta.get(RECRAWL_RECORD),
-            changefreq=request.meta.get(SITEMAP_CHANGEFREQ),
+            lastmod=request.meta.get(SITEMAP_LASTMOD),
         )
 
     def revisit_request(self, request: Request) -> Request:
@@ -352,11 +348,11 @@ class WebSpider(Spider):
                 url = response.urljoin(loc)
                 if not self._in_scope(url):
                     continue
-                freq = entry.get("changefreq") if self.recrawl else None
+                lastmod = entry.get("lastmod") if self.recrawl else None
                 request = Request(
                     canonicalize_url(url),
                     errback=self.on_error,
-                    meta={SITEMAP_CHANGEFREQ: freq} if freq else None,
+                    meta={SITEMAP_LASTMOD: lastmod} if lastmod else None,
                 )
             except ValueError:
                 # Not a URL (``http://[oops/``: urlsplit refuses it) or one
