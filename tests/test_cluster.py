@@ -1,5 +1,5 @@
 """Redis Cluster: detection, cluster-safe commands, and real crawls on a real
-3-master cluster on loopback (:class:`demo.cluster.LocalCluster`), one with a
+3-master cluster on loopback (:class:`tests.support.cluster.LocalCluster`), one with a
 master SIGKILLed mid-crawl.
 
 Every node is killed when a test ends, passed or failed (the fixture's
@@ -19,8 +19,6 @@ from redis.cluster import RedisCluster
 from scrapy import Request
 from scrapy.settings import Settings
 
-from demo.cluster import LocalCluster
-from demo.localcrawl import crawl_sandbox
 from extensions import connection
 from extensions.core.bloom import AsyncBloomFilter, BloomFilter
 from extensions.core.frontier.deadletters import DeadLetters
@@ -34,8 +32,10 @@ from extensions.core.seeds import SeedList
 from extensions.keys import FrontierKeys, seed_takers, start_urls
 from extensions.utils.hosts import host_partition
 from sandbox.site import SiteSpec
-from tests.test_crawl_e2e import assert_complete
-from tests.test_traps import run_output, trap_filter
+from tests.support.cluster import LocalCluster
+from tests.support.localcrawl import crawl_sandbox
+from tests.support.outcomes import assert_complete
+from tests.support.traps import run_output, trap_filter
 from webcrawl import operate
 
 if TYPE_CHECKING:

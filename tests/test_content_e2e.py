@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from demo.localcrawl import crawl_sandbox
 from sandbox.hostile import CONTENT_FETCHED, CONTENT_FILES, HOSTILE_LABELS
 from sandbox.site import SiteSpec
-from tests.test_crawl_e2e import stored_urls
-from tests.test_export import run_tool
+from tests.support.localcrawl import crawl_sandbox
+from tests.support.outcomes import stored_urls
+from tests.support.tools import run_tool
 
 if TYPE_CHECKING:
     from pathlib import Path

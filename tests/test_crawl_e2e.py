@@ -14,15 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
-from scrapy.settings import Settings
 
-from demo.fleet import start_worker, stop
-from demo.localcrawl import CrawlReport, crawl_sandbox, sandbox_settings
 from extensions.connection.embedded import RedisProcess
 from extensions.keys import FrontierKeys
 from extensions.utils.hosts import host_key, host_partition
-from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec, crawl_delay_map
+from tests.support.fleet import start_worker, stop
+from tests.support.localcrawl import crawl_sandbox, sandbox_settings
+from tests.support.outcomes import assert_complete, stored_urls
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -35,27 +34,6 @@ pytestmark = pytest.mark.slow
 # download, and the request then crosses the loopback stack and the server's
 # accept loop before the sandbox stamps its arrival.
 SLACK_MS = 15.0
-
-
-def stored_urls(home: Path) -> dict[str, Any]:
-    store = store_from_settings(Settings({"WEBCRAWL_HOME": str(home)}))
-    store.open(create=False)
-    try:
-        return {page.url: page for page in store.iter_pages()}
-    finally:
-        store.close()
-
-
-def assert_complete(report: CrawlReport, home: Path) -> None:
-    expected = report.spec.reachable_urls(report.port)
-    counts = report.fetch_counts()
-    missing = expected - set(counts)
-    assert not missing, f"never fetched: {sorted(missing)[:5]}"
-    assert not report.disallowed_fetches()
-    pages = stored_urls(home)
-    not_stored = {u for u in expected if u not in pages}
-    assert not not_stored, f"not stored: {sorted(not_stored)[:5]}"
-    assert all(pages[u].metadata["status"] == 200 for u in expected)
 
 
 @pytest.mark.parametrize("partitions", [1, 4])

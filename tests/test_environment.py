@@ -22,7 +22,7 @@ import extensions.settings.defaults
 from extensions.settings import config
 from extensions.settings.config import SettingsError, setting_or_env
 from tests.httpserver import LogServer, reply
-from tests.test_mongo_faults import FakeMongo
+from tests.support.mongo import FakeMongo
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

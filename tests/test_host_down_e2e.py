@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from demo.localcrawl import crawl_sandbox
 from extensions.utils.hosts import host_partition
 from pipelines.stores.sqlite import SQLiteStore
 from sandbox.hostile import DOWN_HOST, HOST_DOWN_LINKS
 from sandbox.site import SiteSpec
-from tests.test_failures_e2e import _dead_letters, _waiting_urls
+from tests.support.localcrawl import crawl_sandbox
+from tests.support.outcomes import dead_letters, waiting_urls
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -56,13 +56,13 @@ def test_a_host_that_stays_down_is_dead_lettered_as_a_whole(
     )
     assert report.exit_codes == [0], report.log_dir
     urls = {f"http://{DOWN_HOST}/p/{n}.html" for n in range(HOST_DOWN_LINKS)}
-    dead = _dead_letters(redis_url, partitions)
+    dead = dead_letters(redis_url, partitions)
     assert urls <= set(dead), sorted(urls - set(dead))[:5]
     reasons = [dead[url]["reason"] for url in urls]
     # The first few may end as connection failures before the verdict.
     assert reasons.count("host_down") >= HOST_DOWN_LINKS - 5, reasons
     assert set(reasons) <= {"host_down", "connection"}, reasons
-    assert not urls & _waiting_urls(redis_url, partitions)
+    assert not urls & waiting_urls(redis_url, partitions)
     span = max(dead[u]["last_failure"] for u in urls) - min(
         dead[u]["first_failure"] or dead[u]["last_failure"] for u in urls
     )

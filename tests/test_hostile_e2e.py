@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
-from demo.fleet import push_seeds, start_worker, stop, wait_all
-from demo.localcrawl import crawl_sandbox, reset_crawl
 from extensions.core.frontier.lua import POISON_KEEP
 from extensions.keys import FrontierKeys
 from sandbox.process import SandboxProcess
 from sandbox.site import SiteSpec
-from tests.test_crawl_e2e import assert_complete
+from tests.support.fleet import push_seeds, start_worker, stop, wait_all
+from tests.support.localcrawl import crawl_sandbox, reset_crawl
+from tests.support.outcomes import assert_complete
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -197,7 +197,7 @@ def test_a_broken_seed_list_is_reported_and_polling_goes_on(
         "BLOOM_CAPACITY": 1_000_000,
         "DOWNLOAD_DELAY": 0.02,
         "LOG_LEVEL": "INFO",
-        # The sandbox web listens on loopback (demo.localcrawl does the same).
+        # The sandbox web listens on loopback (tests.support.localcrawl does the same).
         "ALLOW_PRIVATE_ADDRESSES": True,
     }
     try:

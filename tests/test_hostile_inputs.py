@@ -33,7 +33,7 @@ from extensions.core.seeds import (
     SeedList,
     parse_seed,
 )
-from tests.test_scheduler import drain, make_crawler, opened, run, wait_for
+from tests.support.scheduler import drain, make_crawler, opened, run, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from demo.localcrawl import crawl_sandbox
 from sandbox.site import SiteSpec
+from tests.support.localcrawl import crawl_sandbox
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -19,11 +19,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 
-from demo.localcrawl import crawl_sandbox
 from extensions.extensions.metrics import METRICS, PrometheusMetrics, WorkerCollector
 from extensions.settings import defaults
 from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec
+from tests.support.localcrawl import crawl_sandbox
 from tests.utils import get_crawler
 from webcrawl.addon import Webcrawl
 

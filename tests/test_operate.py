@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from scrapy.settings import Settings
 
-from demo.fleet import ROOT, start_worker, stop, worker_env
-from demo.localcrawl import reset_crawl
 from extensions.connection.embedded import find_redis_binary, stop_embedded
 from extensions.keys import FrontierKeys, StatsKeys, start_urls
 from sandbox.process import SandboxProcess
 from sandbox.site import SiteSpec
+from tests.support.fleet import ROOT, start_worker, stop, worker_env
+from tests.support.localcrawl import reset_crawl
 from webcrawl.addon import install_defaults
 from webcrawl.operate import gather_status
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import re
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.packaging import SHIPPED, clean_copy, dev_tool
+
 ROOT = Path(__file__).resolve().parent.parent
-# What scrapyd runs: the application and the two libraries it wires together.
-SHIPPED = ("webcrawl", "extensions", "pipelines")
 
 
 def source_modules() -> set[str]:
@@ -31,29 +30,6 @@ def source_modules() -> set[str]:
         for path in (ROOT / top).rglob("*")
         if path.suffix in (".py", ".typed") and "__pycache__" not in path.parts
     }
-
-
-def clean_copy(dest: Path) -> Path:
-    """Copy what a fresh clone holds (plus files not yet committed, minus
-    ignored ones) to ``dest``: no build/, *.egg-info or editable install of
-    the checkout can add or hide anything."""
-    files = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, check=True, capture_output=True,
-    ).stdout.decode().split("\0")  # fmt: skip
-    for name in filter(None, files):
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
-    return dest
-
-
-def dev_tool(name: str) -> str:
-    """A console script of the development environment (requirements-dev.txt)."""
-    found = shutil.which(name, path=str(Path(sys.executable).parent))
-    if found is None:
-        pytest.fail(f"{name} is not installed (pip install -r requirements-dev.txt)")
-    return found
 
 
 def build_egg(tmp_path: Path) -> Path:
@@ -122,6 +98,38 @@ def test_production_never_imports_test_or_demo_code() -> None:
         if module.endswith(".py")
     }
     assert not {m: names for m, names in offenders.items() if names}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Full dotted names ``path`` imports, lazy imports inside functions included."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in tests/support (and tests/utils.py...): a
+    test module imported by another is collected, and its fixtures and
+    module-level work run, wherever it is imported; and the harness is no
+    longer in demo/."""
+    users = [*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]
+    users += (ROOT / "demo").rglob("*.py")
+    offenders = {
+        path.relative_to(ROOT).as_posix(): sorted(
+            name
+            for name in imported_modules(path)
+            if name.startswith("tests.test_")
+            or name in ("demo.fleet", "demo.localcrawl", "demo.cluster")
+        )
+        for path in users
+    }
+    assert not {m: names for m, names in offenders.items() if names}
+    assert (ROOT / "tests" / "support" / "localcrawl.py").is_file()
 
 
 def test_production_settings_name_no_sandbox_code() -> None:

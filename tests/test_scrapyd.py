@@ -32,14 +32,14 @@ import pytest
 import redis
 from scrapy.settings import Settings
 
-from demo.fleet import push_seeds
-from demo.localcrawl import sandbox_settings
 from extensions.connection.embedded import RedisProcess, free_port
 from pipelines.stores import store_from_settings
 from sandbox.process import SandboxProcess
 from sandbox.resolver import SANDBOX_RESOLVER
 from sandbox.site import SiteSpec
-from tests.test_packaging import SHIPPED, clean_copy, dev_tool
+from tests.support.fleet import push_seeds
+from tests.support.localcrawl import sandbox_settings
+from tests.support.packaging import SHIPPED, clean_copy, dev_tool
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

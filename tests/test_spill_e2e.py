@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
-from demo.localcrawl import crawl_sandbox
 from extensions.keys import FrontierKeys
 from sandbox.site import SiteSpec
+from tests.support.localcrawl import crawl_sandbox
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -146,9 +146,9 @@ def test_sigkilled_workers_lose_nothing_while_spilling(
     still crawled; a page is fetched twice only for what a killed worker
     held. With partitions too: each host spills, is confirmed and refilled
     in its own partition, its write-ahead entries recovered there."""
-    from demo.fleet import start_worker, stop
-    from demo.localcrawl import sandbox_settings
-    from tests.test_crawl_e2e import in_flight
+    from tests.support.fleet import start_worker, stop
+    from tests.support.localcrawl import sandbox_settings
+    from tests.support.outcomes import in_flight
 
     spec = SiteSpec(seed=5, hosts=3, pages_per_host=120)
     settings = {

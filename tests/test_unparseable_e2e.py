@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from demo.localcrawl import crawl_sandbox
 from sandbox.hostile import UNPARSEABLE_PATHS
 from sandbox.site import SiteSpec
-from tests.test_crawl_e2e import stored_urls
-from tests.test_failures_e2e import _dead_letters
+from tests.support.localcrawl import crawl_sandbox
+from tests.support.outcomes import dead_letters, stored_urls
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -45,7 +44,7 @@ def test_undecodable_responses_are_dead_lettered_unparseable(
     urls = [f"http://{host}:{report.port}{path}" for path in UNPARSEABLE_PATHS]
     fetches = report.fetch_counts()
     assert {url: fetches[url] for url in urls} == dict.fromkeys(urls, 1)
-    dead = _dead_letters(redis_url)
+    dead = dead_letters(redis_url)
     for url in urls:
         letter = dead[url]
         assert letter["reason"] == "unparseable" and letter["attempts"] == 1, letter

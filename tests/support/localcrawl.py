@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import Settings
 
-from demo.fleet import push_seeds, start_worker, wait_all
 from extensions.connection import sync_client
 from extensions.keys import (
     crawl_patterns,
@@ -24,6 +23,7 @@ from extensions.keys import (
     start_urls,
 )
 from sandbox.process import SandboxProcess, min_gap_ms_by_host
+from tests.support.fleet import push_seeds, start_worker, wait_all
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -94,6 +94,23 @@ def sandbox_settings(redis_url: str, home: Path) -> dict[str, object]:
         "ALLOW_PRIVATE_ADDRESSES": True,
         "LOG_LEVEL": "INFO",
     }
+
+
+# For crawls of the sandbox's failure corners: short curves so the whole
+# story fits in a test: the failure table's delays at a tenth, robots.txt
+# retried after 2 s (doubling), an 8 s budget for a server that keeps
+# answering 429 with Retry-After, heartbeats every second (a killed worker's
+# leases come back within three), and an idle time longer than any retry
+# delay of the scaled table (a retry due after the idle time would be left
+# waiting for the next run, as designed).
+FAILURE_SETTINGS: dict[str, object] = {
+    "RETRY_DELAY_SCALE": 0.1,
+    "ROBOTS_RETRY_INITIAL": 2,
+    "RETRY_THROTTLED_TIME_BUDGET": 8,
+    "FRONTIER_HEARTBEAT_INTERVAL": 1,
+    "DOWNLOAD_DELAY": 0.2,
+    "MAX_IDLE_TIME_BEFORE_CLOSE": 8,
+}
 
 
 def crawl_sandbox(
