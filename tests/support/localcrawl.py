@@ -83,11 +83,18 @@ def reset_crawl(redis_url: str, prefix: str = "web") -> None:
 
 
 def sandbox_settings(redis_url: str, home: Path) -> dict[str, object]:
-    """The settings of a worker that crawls the sandbox web until it is done."""
+    """The settings of a worker that crawls the sandbox web until it is done.
+
+    A crawl is done once every page is stored and no lease is left, which
+    waits for the last batch of pages (``PIPELINE_FLUSH_INTERVAL``, 5 s by
+    default) and then the idle time: 0.5 s and 2 s here close a fleet about
+    6 s sooner than 5 s and 3 s did, which every fleet test paid.
+    """
     return {
         "REDIS_URL": redis_url,
         "WEBCRAWL_HOME": str(home),
-        "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
+        "MAX_IDLE_TIME_BEFORE_CLOSE": 2,
+        "PIPELINE_FLUSH_INTERVAL": 0.5,
         "SEED_POLL_INTERVAL": 0.5,
         "WEB_ALLOWED_DOMAINS": "sandbox.test",
         # The sandbox web is on loopback: lift the SSRF guard.
