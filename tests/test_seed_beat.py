@@ -6,6 +6,8 @@ a real redis-server."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import TYPE_CHECKING
 
 from scrapy.crawler import Crawler
@@ -17,6 +19,9 @@ from tests.utils import get_crawler
 from webcrawl.spiders.web import ANCHORS_PER_OUTLINK, WebSpider
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import pytest
     import redis
 
 
@@ -29,27 +34,49 @@ def _spider(redis_url: str) -> WebSpider:
     return spider
 
 
-def _beat(spider: WebSpider) -> BaseException | None:
-    """Run the heartbeat for a few dozen beats: what it stopped on, if it
-    stopped."""
+async def _until(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll ``cond`` every 10 ms for up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
 
-    async def main() -> BaseException | None:
+
+def test_a_redis_refusal_keeps_the_heartbeat_going(
+    redis_url: str, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Refused beat after beat (each logged), the beat goes on; once Redis
+    takes it again, the worker is a live taker again. (Before, the test only
+    checked that the task had not died with an exception: a beat that
+    stopped quietly, or never beat, passed too.)"""
+    redis_client.set(seed_takers("web"), "not a ZSET")  # WRONGTYPE on every beat
+    spider = _spider(redis_url)
+
+    def refused() -> int:
+        return sum(
+            r.getMessage() == "Seed heartbeat failed; tried again"
+            for r in caplog.records
+        )
+
+    async def main() -> tuple[bool, bool, bool]:
         task = asyncio.ensure_future(spider._beat_seeds())
-        await asyncio.sleep(0.3)
         try:
-            return task.exception() if task.done() else None
+            kept_trying = await _until(lambda: refused() >= 3)
+            alive = not task.done()
+            redis_client.delete(seed_takers("web"))
+            taker = spider._seed_list().taker
+            beats_again = await _until(
+                lambda: redis_client.zscore(seed_takers("web"), taker) is not None
+            )
+            return kept_trying, alive and not task.done(), beats_again
         finally:
             task.cancel()
             await spider._seed_list().client.aclose()
 
-    return asyncio.run(main())
-
-
-def test_a_redis_refusal_keeps_the_heartbeat_going(
-    redis_url: str, redis_client: redis.Redis
-) -> None:
-    redis_client.set(seed_takers("web"), "not a ZSET")  # WRONGTYPE on every beat
-    assert _beat(_spider(redis_url)) is None
+    with caplog.at_level(logging.ERROR, logger="webcrawl.spiders.web"):
+        assert asyncio.run(main()) == (True, True, True)
 
 
 def test_a_bug_in_the_heartbeat_surfaces(redis_url: str) -> None:
@@ -60,8 +87,17 @@ def test_a_bug_in_the_heartbeat_surfaces(redis_url: str) -> None:
         raise AttributeError("a bug")
 
     seeds.take = broken  # type: ignore[method-assign]
-    stopped = _beat(spider)
-    assert isinstance(stopped, AttributeError)
+
+    async def main() -> BaseException | None:
+        task = asyncio.ensure_future(spider._beat_seeds())
+        try:
+            assert await _until(task.done), "the heartbeat went on over a bug"
+            return task.exception()
+        finally:
+            task.cancel()
+            await spider._seed_list().client.aclose()
+
+    assert isinstance(asyncio.run(main()), AttributeError)
 
 
 def test_the_spider_reads_the_extensions_defaults_before_the_add_on_runs() -> None:
