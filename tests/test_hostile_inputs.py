@@ -33,6 +33,7 @@ from extensions.core.seeds import (
     SeedList,
     parse_seed,
 )
+from tests.support.polling import until
 from tests.support.scheduler import drain, make_crawler, opened, run, wait_for
 
 if TYPE_CHECKING:
@@ -342,9 +343,12 @@ def test_scheduler_quarantines_a_poisoned_queue_entry(redis_url: str) -> None:
         ]
         assert records[0]["key"] == f.keys.lease_data
         assert crawler.stats.get_value("scheduler/poison") == 1
+
         # Its lease ended: only the good request's lease is out.
-        await asyncio.sleep(0.3)
-        assert await f.client.zcard(f.keys.leases) == 1
+        async def one_lease() -> bool:
+            return int(await f.client.zcard(f.keys.leases)) == 1
+
+        assert await until(one_lease), await f.client.zcard(f.keys.leases)
         await s.close_async("finished")
 
     run(body)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING
 
 from scrapy.crawler import Crawler
@@ -15,12 +14,11 @@ from scrapy.settings import Settings
 
 from extensions.keys import seed_takers
 from extensions.settings import defaults
+from tests.support.polling import until
 from tests.utils import get_crawler
 from webcrawl.spiders.web import ANCHORS_PER_OUTLINK, WebSpider
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import pytest
     import redis
 
@@ -32,16 +30,6 @@ def _spider(redis_url: str) -> WebSpider:
     spider = WebSpider.from_crawler(crawler)
     crawler.spider = spider
     return spider
-
-
-async def _until(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Poll ``cond`` every 10 ms for up to ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
 
 
 def test_a_redis_refusal_keeps_the_heartbeat_going(
@@ -63,11 +51,11 @@ def test_a_redis_refusal_keeps_the_heartbeat_going(
     async def main() -> tuple[bool, bool, bool]:
         task = asyncio.ensure_future(spider._beat_seeds())
         try:
-            kept_trying = await _until(lambda: refused() >= 3)
+            kept_trying = await until(lambda: refused() >= 3)
             alive = not task.done()
             redis_client.delete(seed_takers("web"))
             taker = spider._seed_list().taker
-            beats_again = await _until(
+            beats_again = await until(
                 lambda: redis_client.zscore(seed_takers("web"), taker) is not None
             )
             return kept_trying, alive and not task.done(), beats_again
@@ -91,7 +79,7 @@ def test_a_bug_in_the_heartbeat_surfaces(redis_url: str) -> None:
     async def main() -> BaseException | None:
         task = asyncio.ensure_future(spider._beat_seeds())
         try:
-            assert await _until(task.done), "the heartbeat went on over a bug"
+            assert await until(task.done), "the heartbeat went on over a bug"
             return task.exception()
         finally:
             task.cancel()
