@@ -61,14 +61,31 @@ def frontier_keys_per_master(cluster: LocalCluster) -> dict[int, int]:
     return counts
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    nodes = LocalCluster(tmp_path / "cluster", masters=3)
+@pytest.fixture(scope="module")
+def shared_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LocalCluster]:
+    """One 3-master cluster for the module (starting one takes seconds)."""
+    nodes = LocalCluster(tmp_path_factory.mktemp("cluster"), masters=3)
     nodes.start()
     try:
         yield nodes
     finally:
         nodes.stop()
+
+
+@pytest.fixture
+def cluster(shared_cluster: LocalCluster) -> LocalCluster:
+    """The module's cluster, every master emptied and its scripts flushed
+    (as a fresh cluster would be)."""
+    for port in shared_cluster.master_ports():
+        node = shared_cluster.node(port)
+        try:
+            node.flushall()
+            node.script_flush()
+        finally:
+            node.close()
+    return shared_cluster
 
 
 def test_a_cluster_node_is_detected_and_gets_cluster_clients(
