@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-quick clean stop-redis
+.PHONY: demo test test-fast lint typecheck bench bench-quick clean stop-redis
 
 # The project itself is not installed: the commands run from this directory
 # (scrapy finds the project through scrapy.cfg, python -m through the current
@@ -21,13 +21,26 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 demo: $(STAMP)
 	$(PY) -m demo
 
+# The tests run on TEST_WORKERS pytest-xdist processes; --dist loadgroup keeps
+# the CPU-heavy fleets (xdist_group "fleet", see tests/conftest.py) on one of
+# them, one at a time, while the rest spread. Bytecode is cached for the run
+# (PYTHONDONTWRITEBYTECODE emptied): each xdist process and each of the ~150
+# `scrapy` subprocesses would otherwise compile the project (and pytest
+# rewrite every test module) again. --durations=20 names the slowest tests.
+TEST_WORKERS ?= 3
+PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+
 # The live status page test drives Debian's headless Chromium.
 test: $(STAMP)
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PYTEST) --durations=20
+
+# The inner loop: the unit tests only (no crawls, no subprocess fleets).
+test-fast: $(STAMP)
+	$(PYTEST) -m "not slow"
 
 lint: $(STAMP)
 	$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m mypy
