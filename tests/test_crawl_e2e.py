@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,7 @@ from extensions.utils.hosts import host_key, host_partition
 from sandbox.site import SiteSpec, crawl_delay_map
 from tests.support.fleet import start_worker, stop
 from tests.support.localcrawl import crawl_sandbox, sandbox_settings
-from tests.support.outcomes import assert_complete, stored_urls
+from tests.support.outcomes import assert_complete, in_flight, stored_urls
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -108,27 +107,6 @@ def test_fleet_politeness(redis_url: str, tmp_path: Path, partitions: int) -> No
             too_close[host] = (gap, want)
     assert too_close == {}
     assert max(report.robots_fetches().values()) == 1
-
-
-def in_flight(redis_url: str, pid: int, partitions: int = 1) -> int:
-    """Requests worker ``pid`` holds in Redis: its leases and its batches
-    written ahead of the dupefilter, in every partition."""
-    client = redis.Redis.from_url(redis_url)
-    try:
-        prefix = f"{socket.gethostname()}-{pid}-"
-        leases = batches = 0
-        for p in range(partitions):
-            keys = FrontierKeys("web", p, partitions)
-            leases += sum(
-                1
-                for lease in client.hkeys(keys.lease_data)
-                if lease.decode().startswith(prefix)
-            )
-            for wal in client.scan_iter(match=keys.wal_prefix + prefix + "*"):
-                batches += sum(len(json.loads(v)) for v in client.hvals(wal))
-        return leases + batches
-    finally:
-        client.close()
 
 
 @pytest.mark.parametrize("partitions", [1, 4])

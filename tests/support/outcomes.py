@@ -4,6 +4,8 @@ frontier in Redis (the buckets every URL of a finished crawl falls into)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -73,3 +75,22 @@ def waiting_urls(redis_url: str, partitions: int = 1) -> set[str]:
     finally:
         client.close()
     return urls
+
+
+def in_flight(redis_url: str, pid: int, partitions: int = 1) -> int:
+    """Requests worker ``pid`` holds in Redis: its leases and its batches
+    written ahead of the dupefilter, in every partition."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        prefix = f"{socket.gethostname()}-{pid}-"
+        leases = batches = 0
+        for p in range(partitions):
+            keys = FrontierKeys("web", p, partitions)
+            held: list[bytes] = client.hkeys(keys.lease_data)  # type: ignore[assignment]
+            leases += sum(lease.decode().startswith(prefix) for lease in held)
+            for wal in client.scan_iter(match=keys.wal_prefix + prefix + "*"):
+                written: list[bytes] = client.hvals(wal)  # type: ignore[assignment]
+                batches += sum(len(json.loads(v)) for v in written)
+        return leases + batches
+    finally:
+        client.close()
