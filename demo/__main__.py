@@ -8,12 +8,16 @@ to one host against the configured delay, then stops everything it started.
 
 Environment: ``DEMO_HOSTS`` (100), ``DEMO_PAGES`` (pages per host, 10),
 ``DEMO_DELAY`` (seconds, 0.25), ``DEMO_WORKERS`` (2).
+
+Ctrl-C (SIGINT) or SIGTERM stops the workers, the sandbox web and the Redis
+the demo started, says so in one line and exits with 128 + the signal.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 
 from scrapy.settings import Settings
@@ -24,7 +28,38 @@ from sandbox.site import SiteSpec, crawl_delay_map
 from tests.support.localcrawl import crawl_sandbox
 
 
+class Interrupted(BaseException):
+    """Raised by the demo's SIGINT and SIGTERM handler (a BaseException, like
+    KeyboardInterrupt, so that no ``except Exception`` on the way takes it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    # The clean-up that follows must not be cut short by a second Ctrl-C:
+    # every step of it is bounded (workers get 20 s, then SIGKILL).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
 def main() -> int:
+    signal.signal(signal.SIGINT, _interrupted)
+    signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        return _demo()
+    except Interrupted as exc:
+        print(
+            f"Interrupted by {signal.Signals(exc.signum).name}: stopped the "
+            "workers, the sandbox web and the embedded Redis the demo started",
+            file=sys.stderr,
+        )
+        return 128 + exc.signum
+
+
+def _demo() -> int:
     hosts = int(os.environ.get("DEMO_HOSTS", "100"))
     pages = int(os.environ.get("DEMO_PAGES", "10"))
     delay = float(os.environ.get("DEMO_DELAY", "0.25"))
@@ -38,9 +73,9 @@ def main() -> int:
         crawl_delay_hosts=crawl_delay_map(hosts, 3, 1.0),
     )
     print(f"Sandbox: {hosts} hosts x {pages} pages, 3 hosts with Crawl-delay: 1")
-    redis_url = ensure_embedded(home)
-    print(f"Redis (embedded): {redis_url}, data in {home / 'redis'}")
     try:
+        redis_url = ensure_embedded(home)
+        print(f"Redis (embedded): {redis_url}, data in {home / 'redis'}")
         report = crawl_sandbox(
             spec,
             redis_url,

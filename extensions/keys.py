@@ -1,123 +1,21 @@
 """The Redis key layout of a crawl: every key webcrawl uses is named here.
 
-All keys start with the crawl's prefix, the spider name (``web``). Keys that a
-Lua script touches together carry the same hash tag, ``{web}``, so a Redis
-Cluster keeps them in one slot; keys that are only ever used alone (robots,
+All keys start with the crawl's prefix, its spider's name
+(:func:`crawl_prefix`). Keys that one Lua script touches together share a
+hash tag, so a Redis Cluster keeps them in one slot: ``{web}`` for the
+frontier (``{web:p<i>[.<n>]}`` for partition i > 0, :func:`partition_tag`),
+``{web:start_urls}`` for the seed hand-over, ``{web:stats}``,
+``{web:simhash}``, ``{web:traps:<host>}``; keys only ever used alone (robots,
 Bloom shards) carry their own tag or none, so a cluster spreads them.
+``<host>`` is the frontier's dispatch key,
+:func:`extensions.utils.hosts.host_key` (``scheme://host:port``, RFC 9309's
+identity of a robots.txt), which the robots cache, the queues and the host
+records share; Scrapy's own download slots key by bare hostname.
 
-Partitions (``FRONTIER_PARTITIONS`` = P): each host belongs to one partition
-(:func:`extensions.utils.hosts.host_partition`), and every ``web:{web}:...`` key of
-the table but three exists once per partition, under that partition's tag:
-partition 0 keeps ``{web}`` (so P=1 is exactly the one-partition layout), and
-partition i > 0 uses ``{web:p<i>}`` or ``{web:p<i>.<n>}``
-(``web:{web:p2.1}:q:<host>``), a tag no other key family uses (the Bloom
-shards' ``{web:<n>}`` has no ``p``); :func:`partition_tag` picks ``n`` so the
-partitions spread evenly over a cluster's slots. The three are the recrawl
-schedule (``recrawl``, ``recrawl:data``), keyed by URL and never touched with
-a host's queue, and ``partitions``, the partition count itself: they stay in
-partition 0's ``{web}`` slot whatever P is. The dead-letter queue is per
-partition: the frontier's commit and the host-down sweep write a host's dead
-letters in the script that reads its queue and record. A host's download lock
-``lock:<id>`` lives in its host's partition (the lock script reads the host
-record with it), and so do the spill's ``refill`` SET and refill lock
-``spill:lock:<host>`` (the commit and refill scripts read them with the
-host's queue and record).
-
-==============================  ======  =========================================
-key                             type    what it holds
-==============================  ======  =========================================
-``web:start_urls``              LIST    seeds: a URL or a JSON object per entry
-``web:start_urls:invalid``      LIST    seeds that could not be used, with why
-``web:{web:start_urls}:``       LIST    seeds one worker took, until its
-``taken:<worker>``                      scheduler queued them (or they were
-                                        refused); a live worker puts a dead
-                                        worker's back on the seed list
-``web:{web:start_urls}:``       ZSET    seed takers: worker id -> last
-``takers``                              heartbeat (ms)
-``web:{web}:q:<host>``          ZSET    one host's queue: request -> score
-                                        (priority, then arrival order)
-``web:{web}:ready``             ZSET    hosts with queued requests -> the time
-                                        (ms) they may next be fetched from
-``web:{web}:h:<host>``          HASH    one host's record (ms): ``next``,
-                                        ``delay``, ``backoff``, ``backoff_at``,
-                                        ``park``, ``fails``, ``breaker``,
-                                        ``failing_since``, ``down``,
-                                        ``down_reason``, and the spill's
-                                        ``spilled``, ``spilling``,
-                                        ``spill_low``; each field is
-                                        documented by its owner,
-                                        :mod:`extensions.core.frontier.hostrecord`
-``web:{web}:delayed``           ZSET    retries not due yet: host, priority
-                                        and request -> due time (ms)
-``web:{web}:dlq``               HASH    dead-letter queue: URL -> JSON entry
-                                        (reason, status/error, attempts,
-                                        first/last failure, request)
-``web:{web}:dlq:reasons``       HASH    dead letters per reason class
-``web:{web}:dlq:unrecorded``    LIST    URLs dead-lettered with no page
-                                        record yet (the scheduler hands them
-                                        to the page store)
-``web:{web}:leases``            ZSET    lease id -> deadline (ms)
-``web:{web}:lease``             HASH    lease id -> host, score and request
-``web:{web}:seq``               STRING  arrival counter (FIFO within a priority)
-``web:{web}:workers``           ZSET    worker id -> last heartbeat (ms)
-``web:{web}:wal:<worker>``      HASH    batches written ahead of the
-                                        dupefilter, until queued
-``web:{web}:paused``            STRING  exists while the fleet is paused
-                                        (``scrapy pause``): nothing is leased
-``web:{web}:poison``            LIST    malformed entries moved aside (JSON:
-                                        key, field, entry, length, reason);
-                                        the newest 10,000
-``web:{web}:partitions``        STRING  the crawl's ``FRONTIER_PARTITIONS``,
-                                        set by its first worker
-``web:{web}:poison:<key>``      any     a frontier key of the wrong type,
-                                        renamed aside
-``web:{web}:recrawl``           ZSET    stored URL -> its next visit (ms)
-                                        (``RECRAWL_ENABLED``)
-``web:{web}:recrawl:data``      HASH    stored URL -> JSON [interval s, etag,
-                                        last-modified, content hash]
-``web:{web}:lock:<id>``         STRING  per-host download lock (token, PX);
-                                        id: host, registered domain or IP
-``web:{web}:refill``            SET     hosts with spilled requests
-                                        (``FRONTIER_SPILL_STORE``) and a queue
-                                        shorter than ``FRONTIER_SPILL_BATCH``
-``web:{web}:spill:lock:<host>`` STRING  short lock: one refill of a host at
-                                        a time (token, PX)
-``web:stats:{web:stats}:fleet``  HASH    fleet totals: counter -> value
-``web:stats:{web:stats}:w:<id>`` HASH   one worker's totals and beat (machine,
-                                        pid, pages/s...); expires when silent
-``web:stats:{web:stats}:m:<n>`` HASH    counters of minute n (Redis time);
-                                        expires after 18 minutes
-``web:robots:<host>``           HASH    cached robots.txt: status, body, time
-``web:robots:fetch:<host>``     STRING  short lock: one robots fetch per fleet
-``web:bloom:{web:<n>}:<layer>`` STRING  Bloom filter bitmap shard n of a layer
-``web:bloom:meta``              HASH    Bloom filter geometry and layer count
-``web:traps:{web:traps:<h>}:``  HLL     distinct URLs of host h admitted by the
-``pages``                               trap filter (``HOST_MAX_PAGES``)
-``web:traps:{web:traps:<h>}:``  HLL     distinct query strings (or dated /
-``v:<path>``                            session-id variants) of one path
-                                        (``TRAP_MAX_QUERY_VARIANTS``)
-``web:simhash:{web:simhash}:``  HASH    near-duplicate band index:
-``bands``                               "<band>:<block>" -> the page ids (space
-                                        separated) whose SimHash has that
-                                        16-bit block in that band
-``web:simhash:{web:simhash}:``  HASH    page id -> "<simhash> <content hash>"
-``pages``                               of the indexed (original) pages
-``web:simhash:{web:simhash}:``  HASH    content hash (SHA-256 of the text) ->
-``sha``                                 page id (exact duplicates)
-``web:simhash:{web:simhash}:``  LIST    page ids in the order they were indexed:
-``order``                               the three above are a cache of the
-                                        newest ``NEARDUP_CACHE_PAGES`` pages
-                                        (the page store holds the rest)
-==============================  ======  =========================================
-
-``<host>`` is the frontier's dispatch key, :func:`extensions.utils.hosts.host_key`:
-``scheme://host:port`` lowercased with the default port made explicit, the
-identity RFC 9309 gives a robots.txt (it applies to one scheme, host and port),
-so the robots cache, the queues and the host records all share it. Scrapy's
-downloader keys its local slots differently (``Downloader.get_slot_key``: the
-bare hostname, without scheme and port, unless ``download_slot`` is set), so
-two ports of one host share a Scrapy slot but have two frontier queues; the
-lock (``POLITENESS_KEY``) can be widened to the registered domain or the IP.
+The table of every key, its type and what it holds is the README's "Redis
+key layout" (``tests/test_docs.py`` checks it against the functions here);
+who writes each structure, its "Who writes what"; the protocols,
+``docs/frontier.md``.
 """
 
 from __future__ import annotations

@@ -167,10 +167,11 @@ def decode_html(
         content_type = f"text/html; charset={declared}"
     try:
         return html_to_unicode(content_type, body, auto_detect_fun=_detect_encoding)
-    except LookupError:
+    except (LookupError, UnicodeError):
         # A label naming a codec that is no text encoding (charset=base64,
-        # <meta charset=rot13>): decode as extensions.downloadermiddlewares.charsets
-        # would.
+        # <meta charset=rot13>) or one that decodes nothing (charset=undefined:
+        # UnicodeError whatever the error handler): decode as
+        # extensions.downloadermiddlewares.charsets would.
         fallback = declared if is_text_encoding(declared) else fallback_encoding(body)
         return html_to_unicode(f"text/html; charset={fallback}", body)
 

@@ -24,6 +24,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from extensions.settings.config import SettingsError
 from pipelines.stores import store_from_settings
 from pipelines.stores.base import PermanentStoreError
 
@@ -115,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pipelines.read: {e} (set SQLITE_PATH, WEBCRAWL_HOME or MONGO_URI)",
               file=sys.stderr)  # fmt: skip
         return 2
+    except SettingsError as e:
+        print(f"pipelines.read: {e}", file=sys.stderr)
+        return 2
     if page is None:
         print(f"not stored: {args.url}", file=sys.stderr)
         return 1
@@ -132,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {value}")
         return 0
     if args.version > 0:
-        versions = get_versions(args.url, settings)
+        versions = get_versions(page.url, settings)  # args.url may be final
         if len(versions) < args.version:
             print(f"{len(versions)} earlier versions of {args.url}", file=sys.stderr)
             return 1

@@ -29,8 +29,11 @@ traps          ``/repeat/``: every page links ``a/`` and ``b/a/`` (relative), so
                ``/repeat/a/a/a/...`` and ``/repeat/b/a/b/a/...`` never end;
                ``/session/page.html?sid=N`` links ``?sid=N+1``;
                ``/s/<token>/page.html`` links the next token (a session id in
-               the path); ``/facets``: every page links each facet value added
-               to its query (``?color=red&size=m&...``), a combinatorial explosion
+               the path); ``/sid/<token>/page.html`` too, with random-looking
+               ids (a UUID, 22 characters of base64url, 16 of base62 in turn,
+               :func:`session_token`) for ``SID_TRAP_PAGES`` (60) pages;
+               ``/facets``: every page links each facet value added to its
+               query (``?color=red&size=m&...``), a combinatorial explosion
 failures       ``/fail/links.html`` links hosts whose names do not resolve
                (``*.nxdomain.sandbox.test``, see :mod:`sandbox.resolver`) and
                a host that is down (``down.sandbox.test`` on port 1: refused);
@@ -47,6 +50,7 @@ ssrf           ``/ssrf/link.html`` links ``PRIVATE_LINK`` and ``/ssrf/redirect.h
                corner; crawl with ``ADDRESS_ALLOWLIST=127.0.0.1/32``)
 content        ``/content/label-base64.html`` (``charset=base64`` in the header)
                and ``/content/label-rot13.html`` (``<meta charset=rot13>``),
+               ``/content/label-undefined.html`` (``charset=undefined``),
                UTF-8 really, each linking ``/content/reached-<label>.html``;
                ``/content/files.html`` links ``CONTENT_FILES``: a small PDF,
                a PNG, a zip and an extensionless ``application/octet-stream``
@@ -73,10 +77,12 @@ The module reads no settings.
 from __future__ import annotations
 
 import asyncio
+import base64
 import random
 import re
 import struct
 import time
+import uuid
 import zlib
 from email.utils import formatdate
 from typing import TYPE_CHECKING
@@ -150,6 +156,8 @@ MANY_LINKS = 100_000
 HOSTILE_LABELS: dict[str, tuple[str, str]] = {
     "/content/label-base64.html": ("header", "base64"),
     "/content/label-rot13.html": ("meta", "rot13"),
+    # Python's "undefined" codec: a text codec that refuses every byte.
+    "/content/label-undefined.html": ("header", "undefined"),
 }
 LABEL_SAMPLE = "Grüße — déjà vu"
 # Non-HTML files /content/files.html links: path -> (content type, body).
@@ -171,6 +179,63 @@ CONTENT_FILES: dict[str, tuple[str, bytes]] = {
 }
 # Of CONTENT_FILES, those LINK_SKIP_EXTENSIONS leaves alone by default.
 CONTENT_FETCHED = ("/content/report.pdf", "/content/blob")
+
+_SID_RE = re.compile(r"^/sid/([A-Za-z0-9_-]+)/page\.html$")
+# Pages of the /sid/ chain: far more than any test's variant budget, finite
+# so that a crawl that does not detect the ids still ends.
+SID_TRAP_PAGES = 60
+# Token n is (n * _SID_MUL + _SID_ADD) mod the shape's modulus, written in the
+# shape: random-looking, and turned back into n by the modular inverse.
+_SID_MUL = 0x9E3779B97F4A7C15F39CC0605CEDC835
+_SID_ADD = 0x2545F4914F6CDD1D6A09E667F3BCC909
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_SID_MODULI = (2**128, 2**128, 62**16)
+
+
+def session_token(n: int) -> str:
+    """The session id of page ``n`` of the ``/sid/`` trap: a UUID, 22
+    characters of base64url (16 bytes) or 16 of base62, by ``n % 3``.
+
+    >>> [session_token(n) for n in range(3)]  # doctest: +NORMALIZE_WHITESPACE
+    ['2545f491-4f6c-dd1d-6a09-e667f3bcc909', 'w31uSs63WTNdpqbIUKqRPg',
+     'a2T3xp839qJ85Ttr']
+    >>> all(session_number(session_token(n)) == n for n in range(SID_TRAP_PAGES))
+    True
+    """
+    shape = n % 3
+    x = (n * _SID_MUL + _SID_ADD) % _SID_MODULI[shape]
+    if shape == 0:
+        return str(uuid.UUID(int=x))
+    if shape == 1:
+        return base64.urlsafe_b64encode(x.to_bytes(16, "big")).decode().rstrip("=")
+    digits = []
+    for _ in range(16):
+        x, d = divmod(x, 62)
+        digits.append(_BASE62[d])
+    return "".join(reversed(digits))
+
+
+def session_number(token: str) -> int | None:
+    """The page number of a ``/sid/`` token, None for a token it never made."""
+    try:
+        if len(token) == 36:
+            shape, x = 0, uuid.UUID(token).int
+        elif len(token) == 22:
+            shape, x = 1, int.from_bytes(base64.urlsafe_b64decode(token + "=="), "big")
+        elif len(token) == 16:
+            shape, x = 2, 0
+            for c in token:
+                x = x * 62 + _BASE62.index(c)
+        else:
+            return None
+    except ValueError:
+        return None
+    modulus = _SID_MODULI[shape]
+    n = (x - _SID_ADD) * pow(_SID_MUL, -1, modulus) % modulus
+    if n % 3 != shape or n >= SID_TRAP_PAGES or session_token(n) != token:
+        return None
+    return n
+
 
 ENTRY_PATHS: dict[str, tuple[str, ...]] = {
     "calendar": (CALENDAR_START,),
@@ -208,6 +273,7 @@ ENTRY_PATHS: dict[str, tuple[str, ...]] = {
         "/repeat/",
         "/session/page.html?sid=1",
         f"/s/{0:020x}/page.html",
+        f"/sid/{session_token(0)}/page.html",
         "/facets",
     ),
 }
@@ -377,7 +443,7 @@ class Hostile:
         if "manylinks" in f and path == "/many/links.html":
             return self.many_links()
         if "traps" in f and path.startswith(
-            ("/repeat/", "/session/", "/s/", "/facets")
+            ("/repeat/", "/session/", "/s/", "/sid/", "/facets")
         ):
             return self.trap(path, req.query)
         if "duplicates" in f and path.startswith("/dup/"):
@@ -512,6 +578,14 @@ class Hostile:
             links = [f"/session/page.html?sid={sid + 1}"]
         elif match := _TOKEN_RE.match(path):
             links = [f"/s/{int(match.group(1), 16) + 1:020x}/page.html"]
+        elif match := _SID_RE.match(path):
+            n = session_number(match.group(1))
+            if n is None:
+                return None
+            nxt = n + 1
+            links = (
+                [f"/sid/{session_token(nxt)}/page.html"] if nxt < SID_TRAP_PAGES else []
+            )
         elif path == "/facets":
             chosen = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
             links = []

@@ -16,7 +16,13 @@ from extensions.connection.embedded import (
     find_or_start,
     stop_embedded,
 )
-from webcrawl.addon import DUPEFILTER, ITEM_PIPELINES, SCHEDULER, Webcrawl
+from webcrawl.addon import (
+    DUPEFILTER,
+    ITEM_PIPELINES,
+    SCHEDULER,
+    Webcrawl,
+    setting_typos,
+)
 from webcrawl.spiders.web import WebSpider
 
 if TYPE_CHECKING:
@@ -104,3 +110,28 @@ def test_embedded_redis_is_stopped_only_when_the_crawl_never_opened(
             redis.Redis.from_url(url).ping()
     finally:
         stop_embedded(webcrawl_home)
+
+
+def test_only_command_line_names_close_to_a_known_one_are_typos() -> None:
+    """Known: Scrapy's defaults, webcrawl's three defaults modules, and any
+    name the project (or a spider, or the add-on) sets below the command
+    line, even if the command line overrides it."""
+    s = Settings()
+    s.setdict({"MY_PROJECT_OPTION": 1, "MY_OVERRIDDEN": 1}, priority="project")
+    s.setdict(
+        {
+            "DOWNLOAD_DELAY": 2,  # Scrapy's
+            "FRONTIER_BATCH_SIZE": 8,  # extensions.settings.defaults
+            "PIPELINE_BATCH_SIZE": 8,  # pipelines.defaults
+            "SEED_BATCH_SIZE": 8,  # webcrawl.defaults
+            "MY_OVERRIDDEN": 2,
+            "MY_PROJECT_OPTIONS": 2,  # one letter from the project's own
+            "CONCURRENT_REQUEST": 4,
+            "SOMETHING_ELSE": 1,
+        },
+        priority="cmdline",
+    )
+    assert setting_typos(s) == {
+        "MY_PROJECT_OPTIONS": "MY_PROJECT_OPTION",
+        "CONCURRENT_REQUEST": "CONCURRENT_REQUESTS",
+    }

@@ -37,6 +37,7 @@ from tests.support.localcrawl import crawl_sandbox
 from tests.support.outcomes import assert_complete
 from tests.support.traps import run_output, trap_filter
 from webcrawl import operate
+from webcrawl.addon import Webcrawl
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -234,17 +235,57 @@ def test_seed_hand_over_runs_on_a_cluster(cluster: LocalCluster) -> None:
     )
 
 
+def partitions_after_start(url: str, **values: object) -> int:
+    """``FRONTIER_PARTITIONS`` once the add-on has set a worker up."""
+    settings = Settings()
+    settings.setdict({"REDIS_URL": url, **values}, priority="cmdline")
+    Webcrawl().update_settings(settings)
+    return settings.getint("FRONTIER_PARTITIONS")
+
+
+def test_a_crawl_first_started_on_a_cluster_gets_a_partition_per_master(
+    cluster: LocalCluster, redis_url: str
+) -> None:
+    """Issue 21: with the default P=1 the busiest of 3 masters held 66 % of
+    a crawl's keys. Unset, P is the cluster's master count when the crawl
+    starts; the crawl's record wins after that, an explicit setting always."""
+    assert partitions_after_start(cluster.url) == 3
+    assert partitions_after_start(cluster.url, FRONTIER_PARTITIONS=2) == 2
+    assert partitions_after_start(cluster.url, FRONTIER_PARTITIONS=1) == 1
+    # A domain's or an IP's lock needs one partition
+    # (extensions.downloadermiddlewares.politeness).
+    assert partitions_after_start(cluster.url, POLITENESS_KEY="domain") == 1
+    # A single Redis keeps one partition.
+    assert partitions_after_start(redis_url) == 1
+    sync = connection.sync_client(Settings({"REDIS_URL": cluster.url}))
+    try:
+        # A crawl's recorded count (the frontier's pin) is kept...
+        sync.set(FrontierKeys("web").partitions, 5)
+        assert partitions_after_start(cluster.url) == 5
+        # ... and so is a crawl written before partitions, in one.
+        sync.delete(FrontierKeys("web").partitions)
+        sync.zadd(FrontierKeys("web").ready, {"http://a.test:80": 1})
+        assert partitions_after_start(cluster.url) == 1
+    finally:
+        sync.close()
+
+
 @pytest.mark.slow
 def test_two_workers_crawl_on_a_three_master_cluster(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
+    """FRONTIER_PARTITIONS left unset: one partition per master (issue 21)."""
     spec = SiteSpec(seed=7, hosts=9, pages_per_host=6)
     report = crawl_sandbox(
         spec, cluster.url, tmp_path, workers=2,
-        settings={"DOWNLOAD_DELAY": 0.05, "FRONTIER_PARTITIONS": PARTITIONS},
-        timeout=240,
+        settings={"DOWNLOAD_DELAY": 0.05}, timeout=240,
     )  # fmt: skip
     assert report.exit_codes == [0, 0]
+    sync = connection.sync_client(Settings({"REDIS_URL": cluster.url}))
+    try:
+        assert sync.get(FrontierKeys("web").partitions) == str(PARTITIONS).encode()
+    finally:
+        sync.close()
     assert_complete(report, tmp_path)
     expected = spec.reachable_urls(report.port)
     assert {

@@ -86,7 +86,7 @@ CORNER_SETTINGS: dict[str, object] = {
 }
 # Pages the query-variant budget refuses: counted, no per-URL record (README
 # "Trap limits"; the budget is a HyperLogLog).
-BUDGET_PATHS = ("/calendar/", "/session/", "/s/", "/facets")
+BUDGET_PATHS = ("/calendar/", "/session/", "/s/", "/sid/", "/facets")
 
 
 def frontier_urls(report: Any) -> set[str]:

@@ -230,3 +230,35 @@ def test_read_honours_sqlite_path_and_settings(
     assert read.returncode == 0, read.stderr.decode()
     assert page.text is not None and page.text.strip() in read.stdout.decode()
     assert not (tmp_path / ".webcrawl").exists()
+
+
+def test_a_redirected_page_is_read_and_exported_by_either_url(
+    crawled: Crawled, tmp_path: Path
+) -> None:
+    """Issue 21: a page is stored under the URL that was scheduled (the key);
+    ``python -m pipelines.read`` of the URL that answered found nothing."""
+    keys = {p.url for p in crawled.pages}
+    redirected = [
+        p
+        for p in crawled.pages
+        if p.metadata["final_url"] != p.url and p.metadata["final_url"] not in keys
+    ]
+    assert redirected, "the sandbox's redirects corner was not crawled"
+    page = redirected[0]
+    final = page.metadata["final_url"]
+    for url in (page.url, final):
+        read = run_tool("-m", "pipelines.read", "--meta", url,
+                        "-s", f"WEBCRAWL_HOME={crawled.home}")  # fmt: skip
+        assert read.returncode == 0, read.stderr.decode()
+        meta = json.loads(read.stdout)
+        assert (meta["url"], meta["final_url"]) == (page.url, final)
+    # An export names both: the key as "url", the URL that answered as
+    # "final_url".
+    out = tmp_path / "pages.jsonl"
+    done = run_tool("-m", "scrapy", "export", "--format", "jsonl", "-o", str(out),
+                    "-s", f"WEBCRAWL_HOME={crawled.home}")  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    records = [json.loads(line) for line in out.read_text("utf-8").splitlines()]
+    assert {"url": page.url, "final_url": final}.items() <= next(
+        r for r in records if r["final_url"] == final
+    ).items()

@@ -16,7 +16,7 @@ from scrapy.exceptions import DownloadConnectionRefusedError
 from extensions import meta
 from extensions.core.frontier import hostrecord as hosts
 from extensions.core.frontier.deadletters import DeadLetters
-from extensions.core.frontier.frontier import Frontier, QueuedRequest
+from extensions.core.frontier.frontier import Frontier, QueuedRequest, Worker
 from extensions.downloadermiddlewares.backoff import BackoffMiddleware
 from extensions.downloadermiddlewares.failurepolicy import FailurePolicyMiddleware
 from extensions.meta import FAILURE_META
@@ -116,8 +116,13 @@ def test_new_requests_of_a_down_host_go_straight_to_the_dlq_until_it_answers(
 
     run_redis(redis_url, answer)
     assert redis_client.hget(K.host(DOWN), "down") is None
+    # The park the verdict set goes with it: its requests may be leased now,
+    # not at the verdict's end (HOST_DOWN_TTL later).
+    assert redis_client.hget(K.host(DOWN), "park") is None
     assert run_redis(redis_url, commit) == (2, 0)
     assert redis_client.zcard(K.queue(DOWN)) == 1
+    worker = Worker("w", 30_000)
+    assert run_redis(redis_url, lambda c: Frontier(c, "web", worker).lease(5)).leases
 
 
 def test_a_failure_under_a_verdict_is_given_up_as_host_down(

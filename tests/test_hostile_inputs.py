@@ -19,10 +19,10 @@ import redis.asyncio as aredis
 from scrapy import Request, Spider
 
 from extensions.core.frontier.frontier import Frontier, QueuedRequest, Worker
+from extensions.core.frontier.lua import priority_from_score
 from extensions.core.frontier.scoring import LocalHostCounts, seed_priority
 from extensions.core.frontier.serialization import (
     CorruptEntry,
-    priority_from_score,
     request_from_bytes,
     request_to_bytes,
 )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from extensions.core.frontier import hostrecord as hosts
+from extensions.core.frontier import lua as hosts
 
 if TYPE_CHECKING:
     import redis
@@ -23,7 +23,8 @@ def lua(client: redis.Redis, body: str, *args: int) -> Any:
 
 
 def test_the_record_holds_every_named_field(redis_client: redis.Redis) -> None:
-    values = {field: i + 1 for i, field in enumerate(hosts.FIELDS)}
+    assert hosts.RECORD_FIELDS[1] == hosts.DELAY  # host_record reads it as r[2]
+    values = {field: i + 1 for i, field in enumerate(hosts.RECORD_FIELDS)}
     redis_client.hset(RECORD, mapping=values)
     assert json.loads(lua(redis_client, READ)) == values
 
@@ -32,7 +33,7 @@ def test_absent_fields_read_zero_and_an_absent_delay_unset(
     redis_client: redis.Redis,
 ) -> None:
     assert json.loads(lua(redis_client, READ)) == {
-        field: 0 for field in hosts.FIELDS if field != hosts.DELAY
+        field: 0 for field in hosts.RECORD_FIELDS if field != hosts.DELAY
     }
 
 

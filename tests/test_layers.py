@@ -205,7 +205,7 @@ ONE_HOME = {
     "redis.call('TIME')": SCRIPTS,  # the Redis clock (Lua)
     "await client.time()": SCRIPTS,  # the Redis clock (Python)
     # reading the host record
-    "'HMGET', hkey, 'next'": "extensions/core/frontier/lua.py",
+    "'HMGET', hkey, unpack(RECORD_FIELDS)": "extensions/core/frontier/lua.py",
     "nx=True, px=": "extensions/connection/locks.py",  # the token lock
     "== ARGV[1] then": "extensions/connection/locks.py",  # compare-on-token scripts
 }

@@ -22,10 +22,11 @@ from scrapy.settings import Settings
 
 from extensions.connection.embedded import find_redis_binary, stop_embedded
 from extensions.keys import FrontierKeys, StatsKeys, start_urls
+from pipelines.stores.sqlite import SQLiteStore
 from sandbox.process import SandboxProcess
 from sandbox.site import SiteSpec
 from tests.support.fleet import ROOT, start_worker, stop, worker_env
-from tests.support.localcrawl import reset_crawl
+from tests.support.localcrawl import crawl_sandbox, reset_crawl
 from webcrawl.addon import install_defaults
 from webcrawl.operate import gather_status
 
@@ -390,3 +391,36 @@ def test_status_of_an_empty_crawl_creates_nothing(
     # Reading status neither creates a page store nor any crawl key.
     assert not (tmp_path / "home").exists()
     assert redis_client.keys("*") == []
+
+
+def test_status_counts_the_fleets_pages_not_this_machines_store(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Issue 21: the workers' WEBCRAWL_HOME is not the operator's: status
+    showed the operator's (empty) store as "0 pages stored". The figure is the
+    fleet's, from its counters in Redis; the store this command reads is
+    named as such, and its absence said."""
+    spec = SiteSpec(seed=5, hosts=2, pages_per_host=4)
+    workers_home = tmp_path / "workers"
+    report = crawl_sandbox(
+        spec, redis_url, workers_home, workers=1,
+        settings={"DOWNLOAD_DELAY": 0.05, "STATS_FOLD_INTERVAL": 0.3}, timeout=120,
+    )  # fmt: skip
+    assert report.exit_codes == [0]
+    store = SQLiteStore(workers_home / "pages.sqlite3")
+    store.open(create=False)
+    stored = store.count()
+    store.close()
+    assert stored >= len(spec.reachable_urls(report.port))
+    elsewhere = {"REDIS_URL": redis_url, "WEBCRAWL_HOME": str(tmp_path / "operator")}
+    s = status(elsewhere)
+    assert s["pages_stored"] == stored
+    assert s["store_pages"] is None  # no store where this command looks
+    text = scrapy("status", settings=elsewhere)
+    assert text.returncode == 0, text.stderr
+    assert f"{stored} pages (the fleet's counters in Redis)" in text.stdout
+    assert "no page store at" in text.stdout
+    assert not (tmp_path / "operator").exists()
+    # Where the workers' store is, both figures agree.
+    s = status({**elsewhere, "WEBCRAWL_HOME": str(workers_home)})
+    assert s["pages_stored"] == s["store_pages"] == stored

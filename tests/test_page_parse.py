@@ -140,3 +140,47 @@ def test_a_bug_in_the_sitemap_parse_surfaces(monkeypatch: pytest.MonkeyPatch) ->
 
 async def collect(items: AsyncIterator[Any]) -> list[Any]:
     return [x async for x in items]
+
+
+BAD_PORT_LINKS = ["http://a.test:99999/", "http://a.test:65536/x"]
+
+
+def test_a_link_scrapy_refuses_is_counted_and_skipped_not_the_page() -> None:
+    """Issue 21: ``http://a.test:99999/`` passes the extractor, then
+    ``Request()`` raised ``Port out of range``: the page lost its record and
+    every later link, and was dead-lettered ``unparseable``."""
+    anchors = "".join(f'<a href="{url}">bad</a>' for url in BAD_PORT_LINKS)
+    body = (
+        f"<html><body><p>{TEXT}</p><a href='/before'>b</a>{anchors}"
+        "<a href='/after'>a</a></body></html>"
+    )
+    url = "http://a.test/page.html"
+    response = HtmlResponse(
+        url,
+        body=body.encode(),
+        headers={"Content-Type": "text/html; charset=utf-8"},
+        request=Request(url),
+    )
+    crawler = get_crawler(WebSpider, {"WEB_ALLOWED_DOMAINS": ["a.test"]})
+    spider = WebSpider.from_crawler(crawler)
+    crawler.spider = spider
+    crawler.stats.open_spider()
+    results = asyncio.run(collect(spider.parse(response)))
+    assert isinstance(results[-1], PageItem)
+    assert results[-1].error is None
+    assert [r.url for r in results if isinstance(r, Request)] == [
+        "http://a.test/before",
+        "http://a.test/after",
+    ]
+    assert crawler.stats.get_value("links/invalid") == len(BAD_PORT_LINKS)
+
+
+def test_a_sitemap_entry_scrapy_refuses_is_skipped_not_the_rest() -> None:
+    spider = _sitemap_spider()
+    locs = [*BAD_PORT_LINKS, "http://a.test/ok"]
+    body = "<urlset>{}</urlset>".format(
+        "".join(f"<url><loc>{loc}</loc></url>" for loc in locs)
+    ).encode()
+    response = XmlResponse("http://a.test/sitemap.xml", body=body)
+    assert [r.url for r in spider._sitemap_links(response)] == ["http://a.test/ok"]
+    assert spider.crawler.stats.get_value("web/sitemap_invalid_loc") == 2

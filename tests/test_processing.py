@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 from urllib.parse import urljoin
 
 import pytest
@@ -32,6 +33,24 @@ from pipelines.processing import (
 )
 def test_decoding_order(body: bytes, ctype: str | None, expected: str) -> None:
     assert expected in decode_html(body, ctype)[1]
+
+
+@pytest.mark.parametrize(
+    ("ctype", "declared"),
+    [
+        ("text/html; charset=undefined", None),
+        (None, "undefined"),
+        ("text/html; charset=no-such-charset", None),
+    ],
+)
+def test_a_label_that_cannot_decode_falls_back(
+    ctype: str | None, declared: str | None
+) -> None:
+    """Issue 21: Python's ``undefined`` codec is a text codec that refuses
+    every byte, and the page was stored as status 0."""
+    body = "<p>Grüße".encode()
+    encoding, text = decode_html(body, ctype, declared)
+    assert codecs.lookup(encoding).name == "utf-8" and "Grüße" in text
 
 
 @given(st.binary(max_size=2000))

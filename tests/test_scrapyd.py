@@ -14,6 +14,7 @@ Redis it started is gone).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -331,3 +332,86 @@ def test_job_whose_redis_refuses_is_a_failure(scrapyd: Scrapyd, tmp_path: Path) 
     log = scrapyd.job_log(job)
     # One line at ERROR level or above says which Redis could not be reached.
     assert re.search(rf"\] (ERROR|CRITICAL): .*127\.0\.0\.1:{port}", log), log[-3000:]
+
+
+def readme_scrapyd_script() -> str:
+    """The one shell block of the README's "scrapyd" section."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("\n### scrapyd\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+    assert len(blocks) == 1, "the scrapyd section holds one shell block"
+    return str(blocks[0])
+
+
+def test_the_readmes_scrapyd_steps_run_as_written(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Issue 21: followed literally, the steps failed (``cat:
+    /run/secrets/redis_url: No such file or directory``, then ``Invalid URI
+    scheme``): they used what no step had made. The README's block runs here
+    as written (``bash -e``), from a clean copy of the project, on loopback:
+    it configures and starts scrapyd, deploys, seeds, schedules and waits.
+    Only its variables are set (where scrapyd lives and listens, the Redis,
+    the seeds and the job's settings: the sandbox web's, whose names no DNS
+    knows). scrapyd itself runs on a Python that has the requirements, not
+    the project, as ``scrapyd`` on the PATH."""
+    root = tmp_path / "machine"
+    root.mkdir()
+    python = requirements_only_python(root)
+    project = clean_copy(root / "clone")
+    fixtures = root / "fixtures"
+    shutil.copytree(project / "sandbox", fixtures / "sandbox")
+    tools = root / "bin"
+    tools.mkdir()
+    (tools / "scrapyd").write_text(f'#!/bin/sh\nexec "{python}" -m scrapyd "$@"\n')
+    (tools / "scrapyd").chmod(0o755)
+    scrapyd_dir = tmp_path / "scrapyd"
+    home = tmp_path / "crawl-home"
+    spec = SiteSpec(seed=5, hosts=3, pages_per_host=4)
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("PYTHONPATH", "WEBCRAWL_HOME")
+        and not name.startswith(("SCRAPY", "REDIS_URL", "MONGO_URI"))
+    }
+    env.update(
+        HOME=str(root),
+        PYTHONPATH=str(fixtures),  # the sandbox's resolver, for the jobs
+        PATH=os.pathsep.join([str(tools), str(Path(sys.executable).parent),
+                              env.get("PATH", "")]),
+        SCRAPYD_DIR=str(scrapyd_dir),
+        SCRAPYD_PORT=str(free_port()),
+        CRAWL_REDIS_URL=redis_url,
+        JOB_SETTINGS=" ".join([
+            f"WEBCRAWL_HOME={home}", "MAX_IDLE_TIME_BEFORE_CLOSE=2",
+            "DOWNLOAD_DELAY=0.05", f"TWISTED_DNS_RESOLVER={SANDBOX_RESOLVER}",
+            "ALLOW_PRIVATE_ADDRESSES=True", "WEB_ALLOWED_DOMAINS=sandbox.test",
+        ]),
+    )  # fmt: skip
+    try:
+        with SandboxProcess(spec, directory=tmp_path, max_seconds=400) as web:
+            env["SEEDS"] = " ".join(web.seed_urls())
+            done = subprocess.run(
+                ["bash", "-e", "-c", readme_scrapyd_script()],
+                cwd=project, env=env, capture_output=True, text=True,
+                timeout=400, check=False,
+            )  # fmt: skip
+            expected = spec.reachable_urls(web.port)
+    finally:
+        pid_file = scrapyd_dir / "scrapyd.pid"
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+    log = (scrapyd_dir / "scrapyd.log").read_text() if scrapyd_dir.exists() else ""
+    assert done.returncode == 0, done.stdout + done.stderr + log[-3000:]
+    assert "Process finished" in done.stdout, done.stdout
+    store = store_from_settings(Settings({"WEBCRAWL_HOME": str(home)}))
+    store.open(create=False)
+    try:
+        missing = [url for url in expected if store.get_page(url) is None]
+    finally:
+        store.close()
+    assert expected and not missing, missing
+    # The Redis URL reached the jobs from the file the steps wrote.
+    assert (scrapyd_dir / "redis_url").read_text().strip() == redis_url
+    assert redis_url not in log

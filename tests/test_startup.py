@@ -264,3 +264,38 @@ def test_credentials_changed_mid_crawl_stop_the_worker(tmp_path: Path) -> None:
     assert "Redis refused this worker" in output
     assert "'finish_reason': 'redis_auth'" in output
     assert PASSWORD not in output
+
+
+@pytest.mark.slow
+def test_a_mistyped_setting_is_named_with_the_one_it_resembles(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Issue 21: ``-s DOWNLOAD_DELAYY=2`` crawled at the default delay and
+    ``-s MAX_IDLE_TIME_BEFORE_CLOS=5`` never closed, without a word. A name
+    close to no known one (a setting of your own) is left alone."""
+    result = scrapy_crawl(
+        tmp_path, redis_url,
+        "-s", "DOWNLOAD_DELAYY=2", "-s", "MAX_IDLE_TIME_BEFORE_CLOS=5",
+        "-s", "MY_PIPELINE_OPTION=1", "-s", "MAX_IDLE_TIME_BEFORE_CLOSE=1",
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    lines = [line for line in output.splitlines() if "did you mean" in line]
+    assert len(lines) == 1, output
+    assert "WARNING" in lines[0]
+    assert "DOWNLOAD_DELAYY (did you mean DOWNLOAD_DELAY?)" in lines[0]
+    assert (
+        "MAX_IDLE_TIME_BEFORE_CLOS (did you mean MAX_IDLE_TIME_BEFORE_CLOSE?)"
+        in lines[0]
+    )
+    assert "MY_PIPELINE_OPTION" not in output
+
+
+@pytest.mark.slow
+def test_settings_strict_makes_a_mistyped_setting_fatal(
+    tmp_path: Path, redis_url: str
+) -> None:
+    result = scrapy_crawl(
+        tmp_path, redis_url, "-s", "DOWNLOAD_DELAYY=2", "-s", "SETTINGS_STRICT=True"
+    )
+    assert_one_line(result, "DOWNLOAD_DELAYY (did you mean DOWNLOAD_DELAY?)")

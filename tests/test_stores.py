@@ -107,6 +107,30 @@ def test_write_and_read_back(store_factory: Any) -> None:
     assert store.get_page("http://a.test/missing") is None
 
 
+def test_a_redirected_page_is_found_by_either_url(store_factory: Any) -> None:
+    """Issue 21: a seed ``http://b.test/`` redirected to ``https://b.test/``
+    is stored under the URL that was scheduled; a look-up of the URL that
+    answered found nothing. The newest of two that ended at one URL wins."""
+    store, _ = store_factory
+    old = prepare_page(
+        PageItem("http://b.test/old", "https://b.test/", 200, "fp-old", body=b"<p>o")
+    )
+    old.metadata["fetched_at"] = 1.0
+    seed = prepare_page(
+        PageItem("http://b.test/", "https://b.test/", 200, "fp-seed", body=b"<p>s")
+    )
+    seed.metadata["fetched_at"] = 2.0
+    write(store, [old, seed, page("https://b.test/direct")])
+    by_key = store.get_page("http://b.test/")
+    by_final = store.get_page("https://b.test/")
+    assert by_key is not None and by_final is not None
+    assert by_final.metadata["_id"] == by_key.metadata["_id"] == "fp-seed"
+    assert by_final.url == "http://b.test/" and by_final.body == b"<p>s"
+    # A URL that is itself a key is found as such.
+    got = store.get_page("https://b.test/direct")
+    assert got is not None and got.url == "https://b.test/direct"
+
+
 def test_rewrite_is_idempotent_and_persists(store_factory: Any) -> None:
     store, reopen = store_factory
     pages = [page(f"http://a.test/{i}") for i in range(3)]

@@ -4,7 +4,11 @@ real crawl of the sandbox's trap corners whose fetches stay bounded."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import random
 import sqlite3
+import string
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -15,6 +19,7 @@ from scrapy.http import HtmlResponse
 
 from extensions.connection.embedded import RedisProcess
 from extensions.settings import defaults
+from extensions.spidermiddlewares.traps import path_template
 from sandbox.site import SiteSpec
 from tests.support.localcrawl import crawl_sandbox
 from tests.support.outcomes import dead_letters
@@ -52,6 +57,53 @@ def test_defaults_follow_scrapy_names() -> None:
 )
 def test_check(url: str, reason: str | None) -> None:
     assert refused(url) == reason
+
+
+def _random_ids(seed: int) -> dict[str, list[str]]:
+    rng = random.Random(seed)
+    base62 = string.ascii_letters + string.digits
+
+    def chars(alphabet: str, n: int) -> str:
+        return "".join(rng.choice(alphabet) for _ in range(n))
+
+    return {
+        "uuid4": [str(uuid.UUID(int=rng.getrandbits(128), version=4))
+                  for _ in range(500)],
+        "base64url-16-bytes": [
+            base64.urlsafe_b64encode(rng.randbytes(16)).decode().rstrip("=")
+            for _ in range(500)
+        ],
+        "base62-16": [chars(base62, 16) for _ in range(500)],
+        "base62-20": [chars(base62, 20) for _ in range(500)],
+        "hex-32": [rng.randbytes(16).hex() for _ in range(500)],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", list(_random_ids(0)))
+def test_random_session_ids_in_paths_make_one_template(shape: str) -> None:
+    """Issue 21: ``/s/<random>/...`` drew 953 requests in 100 s: only hex of
+    16+ digits and 24+ letters and digits were taken for ids, not a UUID,
+    base64url of 16 bytes (22 characters) or 16 to 20 of base62."""
+    ids = _random_ids(21)[shape]
+    templates = [path_template(f"/s/{token}/page.html") for token in ids]
+    found = sum(t == "/s/{id}/page.html" for t in templates)
+    assert found >= 0.97 * len(ids), (
+        found,
+        [i for i, t in zip(ids, templates, strict=True) if not t],
+    )
+
+
+@pytest.mark.parametrize(
+    "segment",
+    [
+        "python3-doc", "asyncio-eventloop.html", "NFLCommish07", "getElementById",
+        "CategoryNavigationResultsWithTopNavView", "my-post-2024-03-01",
+        "html5-canvas-tutorial", "windows10", "chapter-12-section-4",
+        "Python-3.11.7.tar.xz", "iPhone", "README",
+    ],
+)  # fmt: skip
+def test_words_names_and_numbers_are_not_ids(segment: str) -> None:
+    assert path_template(f"/docs/{segment}") is None
 
 
 def test_limits_can_be_lifted() -> None:
@@ -202,6 +254,7 @@ def test_crawl_of_trap_corners_is_bounded(redis_url: str, tmp_path: Path) -> Non
     assert 1 <= fetched("/calendar/") <= cap + 1
     assert 1 <= fetched("/session/") <= cap + 1
     assert 1 <= fetched("/s/") <= cap + 1
+    assert 1 <= fetched("/sid/") <= cap + 1  # random-looking ids (issue 21)
     assert 1 <= fetched("/facets") <= cap + 2  # the bare path is one variant
     # /repeat/: a and b/a appended forever, cut where a segment repeats 3 times.
     repeats = [p for p in paths if p.startswith("/repeat/")]

@@ -16,7 +16,15 @@ It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0, and
 the continuous-crawl extension (:mod:`extensions.extensions.recrawl`) when
 ``RECRAWL_ENABLED``.
 
-Settings read: ``METRICS_PORT``, ``RECRAWL_ENABLED``; ``REDIS_URL`` and
+A setting given on the command line (``-s``, scrapyd's ``setting=``) that no
+one knows and whose name is close to a known one is named in one warning
+(``did you mean DOWNLOAD_DELAY?``), or stops the worker under
+``SETTINGS_STRICT`` (:func:`check_typos`).
+
+Settings read: ``METRICS_PORT``, ``RECRAWL_ENABLED``, ``SETTINGS_STRICT``,
+``FRONTIER_PARTITIONS``
+and ``POLITENESS_KEY`` (on a Redis Cluster, see :func:`cluster_partitions`);
+``REDIS_URL`` and
 ``WEBCRAWL_HOME`` (also from the environment, see
 :func:`extensions.settings.config.setting_or_env`): when no Redis is configured, the
 add-on starts (or finds) the embedded one here, before the crawl starts,
@@ -27,20 +35,35 @@ spider opens (:class:`~extensions.connection.embedded.StopIfNeverOpened`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+from importlib import import_module
 from typing import TYPE_CHECKING, NoReturn
+
+from scrapy.settings import SETTINGS_PRIORITIES, default_settings
 
 import extensions.settings.defaults
 import pipelines.defaults
-from extensions.connection import RedisUnavailable, check_redis, resolve_redis_url
+from extensions.connection import (
+    TRANSIENT_REDIS_ERRORS,
+    RedisUnavailable,
+    check_redis,
+    resolve_redis_url,
+    sync_client,
+)
 from extensions.connection.embedded import (
     StopIfNeverOpened,
     embedded_unless_configured,
     webcrawl_home,
 )
-from extensions.downloadermiddlewares import DOWNLOADER_MIDDLEWARES
+from extensions.core.frontier.frontier import first_partitions
+from extensions.downloadermiddlewares import (
+    DOWNLOADER_MIDDLEWARES,
+)
 from extensions.settings import config
 from extensions.spidermiddlewares import SPIDER_MIDDLEWARES
+from pipelines.stores import store_class
 from webcrawl import defaults
 
 if TYPE_CHECKING:
@@ -96,6 +119,77 @@ def guarantee_problems(settings: BaseSettings) -> list[str]:
     return found
 
 
+def known_settings(settings: BaseSettings) -> set[str]:
+    """Setting names a worker knows: Scrapy's defaults, every package's
+    defaults module, the project's settings module (``SCRAPY_SETTINGS_MODULE``)
+    and whatever is set below the command line (the project, a spider's
+    ``custom_settings``, the add-on)."""
+    known = {name for name in dir(default_settings) if name.isupper()}
+    known |= {spec.name for module in DEFAULTS for spec in config.specs(module)}
+    project = os.environ.get("SCRAPY_SETTINGS_MODULE")
+    if project:
+        with contextlib.suppress(ImportError):
+            known |= {n for n in dir(import_module(project)) if n.isupper()}
+    cmdline = SETTINGS_PRIORITIES["cmdline"]
+    known |= {n for n in settings if (settings.getpriority(n) or 0) < cmdline}
+    return known
+
+
+def setting_typos(settings: BaseSettings) -> dict[str, str]:
+    """The names given on the command line (``-s``; scrapyd's ``setting=``
+    is passed as ``-s``) that no one knows and that are close to a known
+    name, each with that name (:func:`extensions.settings.config.misspelled`)."""
+    cmdline = SETTINGS_PRIORITIES["cmdline"]
+    given = [n for n in settings if settings.getpriority(n) == cmdline]
+    return config.misspelled(given, known_settings(settings))
+
+
+def check_typos(settings: BaseSettings) -> None:
+    """Warn in one line about :func:`setting_typos`; refuse to start with
+    that line instead under ``SETTINGS_STRICT``."""
+    typos = setting_typos(settings)
+    if not typos:
+        return
+    line = "unknown settings, ignored: " + ", ".join(
+        f"{name} (did you mean {known}?)" for name, known in sorted(typos.items())
+    )
+    if settings.getbool("SETTINGS_STRICT"):
+        refuse(config.SettingsError(line + " (SETTINGS_STRICT)"))
+    logger.warning("%s%s", line[0].upper(), line[1:])
+
+
+def cluster_partitions(settings: BaseSettings, crawl: str) -> None:
+    """On a Redis Cluster, a ``FRONTIER_PARTITIONS`` left at its default
+    becomes the crawl's recorded count, else one per master
+    (:func:`extensions.core.frontier.frontier.first_partitions`), at ``addon`` priority:
+    with one partition the frontier of a crawl sits on one master. Every
+    component reads the setting after this, so all agree. Not with a
+    ``POLITENESS_KEY`` other than ``host``, which needs one partition.
+    """
+    priority = settings.getpriority("FRONTIER_PARTITIONS")
+    if (priority or 0) > SETTINGS_PRIORITIES["default"]:
+        return  # set by the user: it wins (and the frontier's pin checks it)
+    if settings.get("POLITENESS_KEY") != "host":
+        return
+    client = sync_client(settings)
+    try:
+        partitions = first_partitions(client, crawl)
+    except TRANSIENT_REDIS_ERRORS as exc:
+        raise RedisUnavailable(
+            f"Redis Cluster did not answer the partition count of crawl "
+            f"{crawl!r}: {type(exc).__name__}"
+        ) from None
+    finally:
+        client.close()
+    settings.set("FRONTIER_PARTITIONS", partitions, "addon")
+    logger.info(
+        "Redis Cluster: FRONTIER_PARTITIONS=%s for crawl %r (its record, else "
+        "one partition per master; set it to choose)",
+        partitions,
+        crawl,
+    )
+
+
 def refuse(error: Exception) -> NoReturn:
     """Stop the worker before its first request with one line saying why.
 
@@ -138,6 +232,11 @@ class Webcrawl:
             refuse(exc)
         if problems := guarantee_problems(settings):
             refuse(config.SettingsError("; ".join(problems)))
+        check_typos(settings)
+        try:
+            store_class(settings)  # a class it cannot load: one line, not 45
+        except config.SettingsError as exc:
+            refuse(exc)
         settings.set("SCHEDULER", SCHEDULER, "addon")
         settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
         # At "addon" priority: a FRONTIER_SPILL_STORE the project or the
@@ -163,6 +262,12 @@ class Webcrawl:
                 StopIfNeverOpened(self.crawler, webcrawl_home(settings))
             # One ping with short timeouts: a wrong password, a closed port or
             # a server that never answers stops the worker in seconds.
-            check_redis(resolve_redis_url(settings))
+            if check_redis(resolve_redis_url(settings)):
+                cluster_partitions(settings, self._crawl_name())
         except (config.SettingsError, RedisUnavailable) as exc:
             refuse(exc)
+
+    def _crawl_name(self) -> str:
+        """The crawl's key prefix: its spider's name (the scheduler's)."""
+        spidercls = getattr(self.crawler, "spidercls", None)
+        return str(getattr(spidercls, "name", None) or "web")

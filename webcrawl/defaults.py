@@ -46,5 +46,9 @@ PARSE_OFFLOAD_BYTES: Annotated[int, Range(0)] = 128 * 1024
 # This worker's name, stored in the worker field of every page it fetches (empty: none).
 WEBCRAWL_WORKER_ID = ""
 
+# --- Start-up checks (webcrawl.addon) -----------------------------------------
+# Refuse to start (exit 2) when a -s / scrapyd setting is unknown and close to a known name, instead of warning.
+SETTINGS_STRICT = False
+
 # Scrapy settings the spider honours, with the values they allow.
 scrapy_rules = [Spec("DEPTH_LIMIT", 0, int, Range(0))]

@@ -17,11 +17,14 @@ key name of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
 from scrapy.commands import ScrapyCommand
 
@@ -35,6 +38,7 @@ from extensions.connection import (
     resolve_redis_url,
 )
 from extensions.connection.embedded import embedded_unless_configured
+from extensions.core import seeds
 from extensions.core.bloom import AsyncBloomFilter, BloomConfig
 from extensions.core.frontier.deadletters import DeadLetters
 from extensions.core.frontier.frontier import PartitionedFrontier, recorded_partitions
@@ -56,7 +60,7 @@ from webcrawl.addon import DEFAULTS, install_defaults
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Coroutine, Iterable
+    from collections.abc import Callable, Coroutine, Iterable, Iterator
 
     import redis.asyncio as aredis
     from scrapy.settings import BaseSettings, Settings
@@ -82,19 +86,35 @@ class OperatorCommand(ScrapyCommand):
         )
 
     def crawl_settings(self) -> Settings:
+        """The workers' settings; a value out of range: one line on stderr
+        and exit status 2, as a worker refuses it."""
         assert self.settings is not None
         settings = self.settings.copy()
         install_defaults(settings)
-        config.check(settings, *DEFAULTS)
+        try:
+            config.check(settings, *DEFAULTS)
+        except config.SettingsError as exc:
+            self.refuse(exc)
         embedded_unless_configured(settings, "cmdline")
         return settings
 
+    def refuse(self, error: Exception) -> NoReturn:
+        print(f"scrapy {self.name()}: {error}", file=sys.stderr)
+        raise SystemExit(2)
+
+    def name(self) -> str:
+        return type(self).__module__.rsplit(".", 1)[-1]
+
     def call(self, func: Callable[..., Coroutine[Any, Any, _T]], *args: Any) -> _T:
         """``func(settings, *args)`` to completion; Redis unreachable: one line
-        on stderr (password redacted) and exit status 1, no traceback."""
+        on stderr (password redacted) and exit status 1, no traceback; a
+        setting that cannot be used (a page store it cannot load): one line
+        and exit status 2."""
         settings = self.crawl_settings()
         try:
             return asyncio.run(func(settings, *args))
+        except config.SettingsError as exc:
+            self.refuse(exc)
         except TRANSIENT_REDIS_ERRORS as exc:
             url = redact_url(resolve_redis_url(settings))
             print(f"Redis unreachable at {url}: {exc}", file=sys.stderr)
@@ -102,6 +122,30 @@ class OperatorCommand(ScrapyCommand):
         except RedisUnavailable as exc:  # already one line, password masked
             print(exc, file=sys.stderr)
             raise SystemExit(1) from None
+
+
+@contextlib.contextmanager
+def quiet_broken_pipe() -> Iterator[None]:
+    """End as a Unix tool ends when the reader of its output goes away
+    (``scrapy status | head``, like ``yes | head``): killed by SIGPIPE,
+    without a word.
+
+    Python ignores SIGPIPE, so a write to a closed pipe raises
+    ``BrokenPipeError`` (a traceback, exit 1); this is the way out the
+    Python documentation gives ("Note on SIGPIPE", :mod:`signal`), then the
+    signal's own default. SIGPIPE stays ignored everywhere else: a Redis
+    socket closed under a write must raise, not kill.
+    """
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit: let that go to /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGPIPE)
+        raise SystemExit(128 + signal.SIGPIPE) from None  # if it came late
 
 
 def client_for(settings: BaseSettings) -> aredis.Redis:
@@ -189,6 +233,10 @@ async def gather_status(
         "top_hosts": [{"host": h, "queued": n} for h, n in fv.top_hosts],
         "bloom": bloom,
         "redis": _memory(memory),
+        # The fleet's figure: what every worker wrote to its page store,
+        # wherever that is (this machine's WEBCRAWL_HOME may not be the
+        # workers'); the store this command reads comes apart (_store).
+        "pages_stored": fleet.totals.get("stored", 0),
         **store,
     }
 
@@ -228,13 +276,15 @@ async def _bloom(
 
 
 def _store(settings: BaseSettings) -> dict[str, Any]:
-    """Pages stored, and pages that share another page's content
-    (duplicates), read through the page store."""
+    """The page store this command's settings name (``store``): its pages
+    (``store_pages``, None when there is none here: the workers' may be on
+    another machine or under another ``WEBCRAWL_HOME``) and those that share
+    another page's content (duplicates)."""
     store = store_from_settings(settings)
     path = getattr(store, "path", None)
     if path is not None and not Path(path).exists():
-        # No page stored yet on this machine: do not create an empty store.
-        return {"store": repr(store), "pages_stored": 0, "duplicates": 0}
+        # No store here: do not create an empty one.
+        return {"store": repr(store), "store_pages": None, "duplicates": None}
     store.open()
     try:
         stored = store.count()
@@ -244,7 +294,7 @@ def _store(settings: BaseSettings) -> dict[str, Any]:
         store.close()
     return {
         "store": repr(store),
-        "pages_stored": stored,
+        "store_pages": stored,
         "pages_with_content": with_content,
         # Pages stored without their own content: exact or near duplicates
         # of a page stored earlier, and failures (no body).
@@ -283,9 +333,16 @@ def render_status(s: dict[str, Any]) -> str:
         ),
         f"  seeds       {s['seeds_pending']} pending, {s['seeds_invalid']} invalid; "
         f"{s['poisoned']} malformed frontier entries set aside",
-        f"  store       {_num(s['pages_stored'])} pages stored, "
-        f"{s['duplicates'] if s['duplicates'] is not None else '?'} without own content"
-        f" ({s['store']})",
+        f"  stored      {_num(s['pages_stored'])} pages (the fleet's counters in "
+        f"Redis), {_num(s['totals'].get('duplicates', 0))} of them duplicates",
+        (
+            f"  store       {_num(s['store_pages'])} pages, "
+            + (f"{_num(s['duplicates'])}" if s.get("duplicates") is not None else "?")
+            + f" without own content, in {s['store']} (this command's settings)"
+            if s["store_pages"] is not None
+            else f"  store       no page store at {s['store']} (this command's "
+            "settings: the workers' is elsewhere)"
+        ),
         f"  fleet       {_num(s['totals'].get('pages', 0))} pages fetched, "
         f"{_num(s['totals'].get('bytes', 0))} bytes, "
         f"{_num(s['totals'].get('errors', 0))} errors",
@@ -322,20 +379,30 @@ def render_status(s: dict[str, Any]) -> str:
 
 
 def check_seed_lines(
-    lines: Iterable[str], max_url_length: int = URL_LENGTH_LIMIT
+    lines: Iterable[str | bytes], max_url_length: int = URL_LENGTH_LIMIT
 ) -> tuple[list[str], list[tuple[int, str, str]]]:
     """Valid seed entries, and (line number, line, why) for the invalid ones,
     judged by the parser the workers use (:func:`extensions.core.seeds.parse_seed`)
-    with the same URL length limit. Blank lines and ``#`` comments are skipped.
+    with the same URL length limit. Blank lines and ``#`` comments are skipped;
+    a line of bytes that are not UTF-8 is invalid, as on the seed list.
 
     >>> valid, invalid = check_seed_lines(["http://a.test/", "", "# c", "ftp://b/"])
     >>> valid, invalid
     (['http://a.test/'], [(4, 'ftp://b/', "scheme must be http or https, not 'ftp'")])
+    >>> check_seed_lines([b"http://a.test/caf\\xe9", b"http://b.test/"])
+    (['http://b.test/'], [(1, 'http://a.test/caf\ufffd', 'not UTF-8')])
     """
     valid: list[str] = []
     invalid: list[tuple[int, str, str]] = []
     for number, raw in enumerate(lines, 1):
-        line = raw.strip()
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError:
+            assert isinstance(raw, bytes)
+            shown = raw.decode("utf-8", "replace").strip()
+            invalid.append((number, shown, "not UTF-8"))
+            continue
+        line = text.strip()
         if not line or line.startswith("#"):
             continue
         try:
@@ -353,9 +420,7 @@ async def push_seeds(
     """Push seed entries, first line first out (the list is taken from its tail)."""
     client = client_for(settings)
     try:
-        for i in range(0, len(entries), 1000):
-            await client.lpush(start_urls(crawl), *entries[i : i + 1000])
-        return len(entries)
+        return await seeds.push_seeds(client, crawl, entries)
     finally:
         await client.aclose()
 

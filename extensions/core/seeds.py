@@ -53,6 +53,8 @@ from extensions.core.frontier.lua import PRIORITY_MAX, PRIORITY_MIN
 from extensions.keys import invalid_start_urls, seed_taken, seed_takers, start_urls
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import redis.asyncio as aredis
     from scrapy.settings import BaseSettings
 
@@ -289,6 +291,17 @@ class Taken:
     invalid: list[tuple[bytes, str]]
     given_back: int = 0
     broken: int = 0
+
+
+async def push_seeds(
+    client: aredis.Redis, prefix: str, entries: Sequence[str | bytes]
+) -> int:
+    """Add ``entries`` to crawl ``prefix``'s seed list as an operator's
+    ``redis-cli lpush`` does, the first entry first out (seeds are taken from
+    the list's tail), 1,000 a command. Returns how many were pushed."""
+    for i in range(0, len(entries), 1000):
+        await client.lpush(start_urls(prefix), *entries[i : i + 1000])
+    return len(entries)
 
 
 class SeedList:

@@ -4,37 +4,18 @@ Settings read: ``BACKOFF_ENABLED``, ``BACKOFF_HTTP_CODES``, ``BACKOFF_INITIAL``,
 ``BACKOFF_MAX``, ``BACKOFF_JITTER``, ``BACKOFF_QUIET_PERIOD``,
 ``BREAKER_THRESHOLD``, ``BREAKER_COOLDOWN``, ``BREAKER_MAX_COOLDOWN``,
 ``HOST_DOWN_AFTER``, ``HOST_DOWN_TTL``, ``DNS_DOWN_AFTER``,
-``FRONTIER_PARTITIONS`` (where a
-host's record lives), and through
+``FRONTIER_PARTITIONS`` (where a host's record lives), and through
 :mod:`extensions.connection` ``REDIS_URL``.
 
-A host down for good: once a host has failed every connection (robots.txt
-fetches included, no response in between) for ``HOST_DOWN_AFTER`` seconds,
-judged when a request of it fails after ``BREAKER_THRESHOLD`` failures or
-with ``HostDown``, it is judged down for ``HOST_DOWN_TTL``
-(:data:`extensions.core.frontier.deadletters.HOST_DOWN_LUA`): its queued and delayed
-requests are
-dead-lettered as ``host_down`` in one script, a request of it that fails
-meanwhile is given up at once (meta ``host_down``), and the frontier's
-commit dead-letters its new requests instead of queueing them. A response
-ends the verdict. So a server that stays down costs a bounded total: about
-``HOST_DOWN_AFTER`` of parked, spaced attempts, then one probe per
-``HOST_DOWN_TTL``.
-
-A host whose name does not resolve: once its name has failed to resolve for
-``DNS_DOWN_AFTER`` seconds (its first DNS failure, robots.txt fetch
-included, and one at least that much later, no response between), the same
-verdict is made with reason ``dns``: its queued and delayed requests are
-dead-lettered as ``dns`` in one script, the failing request is given up at
-once, and its new URLs go to the DLQ as ``dns`` for ``HOST_DOWN_TTL``. So a
-dead name costs about ``DNS_DOWN_AFTER`` (two attempts), however many URLs
-it has, not one ``DOWNLOAD_DELAY`` per URL and retry.
-
-The curve is StormCrawler's: the first 429/503 of a host sets its back-off to
-60 s, each further one within the back-off window doubles it (with ±10%
-jitter) up to one day, and a back-off not raised for 30 quiet minutes is
-forgiven (every reader of the record applies that rule). A ``Retry-After``
-header (seconds or an HTTP date) parks the host until that moment instead.
+A 429/503 raises the host's back-off in its record (StormCrawler's curve:
+60 s, doubled by a further one once the current window has passed, up to a
+day, forgiven after 30 quiet minutes; a ``Retry-After`` parks the host until
+then instead); consecutive connection failures open its circuit breaker; a
+host that fails every connection for ``HOST_DOWN_AFTER`` (or whose name does
+not resolve for ``DNS_DOWN_AFTER``) is judged down and its waiting requests
+dead-lettered in one script. The rules, and what a verdict costs:
+``docs/host-record.md`` ("Back-off", "The circuit breaker", "Host
+verdicts").
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Hostile charset labels: a response whose label names no text encoding.
 
 ``Content-Type: text/html; charset=base64`` or ``<meta charset=rot13>`` name
-Python codecs that are not text encodings (bytes-to-bytes or str-to-str), so
-Scrapy's ``TextResponse.text`` raises ``LookupError`` and every component
+Python codecs that are not text encodings (bytes-to-bytes or str-to-str), and
+``charset=undefined`` one that refuses every byte, so Scrapy's
+``TextResponse.text`` raises ``LookupError`` (``UnicodeError``) and every component
 that reads the text (the meta-refresh middleware, the spider's parse) fails:
 the page used to be recorded as status 0, its body and links discarded.
 :class:`CharsetFallbackMiddleware` gives such a response a text encoding
@@ -42,14 +43,22 @@ def is_text_encoding(label: str | None) -> bool:
     (False, False)
     >>> is_text_encoding("no-such-charset"), is_text_encoding(None)
     (False, False)
+    >>> is_text_encoding("undefined")  # a text codec that refuses every byte
+    False
     """
     encoding = resolve_encoding(label) if label else None
     if encoding is None:
         return False
     try:
-        return codecs.lookup(encoding)._is_text_encoding
-    except LookupError:
+        codec = codecs.lookup(encoding)
+        if not codec._is_text_encoding:
+            return False
+        # Python's "undefined" codec is a text codec that raises on any
+        # input, even none: so would any codec that cannot decode at all.
+        codec.decode(b"")
+    except (LookupError, UnicodeError):
         return False
+    return True
 
 
 def fallback_encoding(body: bytes) -> str:

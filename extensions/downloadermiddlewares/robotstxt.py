@@ -45,6 +45,7 @@ from extensions.connection import async_client, retry_redis
 from extensions.connection.locks import TokenLock, new_token
 from extensions.connection.scripts import LUA_NOW_MS, script, server_now_ms
 from extensions.core.frontier.hostrecord import HostRecords
+from extensions.core.seeds import push_seeds
 from extensions.downloadermiddlewares import Deferral, deferred_copy
 from extensions.downloadermiddlewares.politeness import HostParked
 from extensions.settings import config, defaults
@@ -539,7 +540,7 @@ class SharedRobotsTxtMiddleware:
                     "robotstxt/sitemaps_out_of_scope", len(found) - len(sitemaps)
                 )
             if sitemaps:
-                await self.client.lpush(keys.start_urls(self.prefix), *sitemaps)
+                await push_seeds(self.client, self.prefix, sitemaps)
                 stats = self.crawler.stats
                 assert stats is not None
                 stats.inc_value("robotstxt/sitemaps", len(sitemaps))

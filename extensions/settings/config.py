@@ -21,6 +21,7 @@ their settings with it without an import cycle.
 
 from __future__ import annotations
 
+import difflib
 import os
 import typing
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable
     from types import ModuleType
 
     from scrapy.settings import BaseSettings
@@ -219,6 +221,30 @@ def problems(settings: BaseSettings, module: ModuleType) -> list[str]:
             found.append(
                 f"{spec.name}={shown} is not allowed: use {spec.rule.describe()}"
             )
+    return found
+
+
+# How close (difflib's ratio) an unknown name must be to a known one to be
+# taken for a typo of it: DOWNLOAD_DELAYY is 0.97 from DOWNLOAD_DELAY, while
+# names of one's own (MY_PIPELINE_OPTION) stay far from every known one.
+TYPO_CUTOFF = 0.85
+
+
+def misspelled(names: Iterable[str], known: Collection[str]) -> dict[str, str]:
+    """The ``names`` not in ``known`` that are close to one that is, each
+    with the closest (:mod:`difflib`).
+
+    >>> misspelled(["DOWNLOAD_DELAYY", "DOWNLOAD_DELAY", "MY_OWN"],
+    ...            ["DOWNLOAD_DELAY", "RETRY_TIMES"])
+    {'DOWNLOAD_DELAYY': 'DOWNLOAD_DELAY'}
+    """
+    found = {}
+    for name in names:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=TYPO_CUTOFF)
+        if close:
+            found[name] = close[0]
     return found
 
 

@@ -37,7 +37,7 @@ REDIS_CLUSTER = False
 FRONTIER_BATCH_SIZE: Annotated[int, Range(1, 100_000)] = 32
 # Keep this many leased requests in the worker's local buffer (0: 2 x CONCURRENT_REQUESTS).
 FRONTIER_BUFFER_SIZE: Annotated[int, Range(0)] = 0
-# Frontier partitions, each under its own hash tag (a Redis Cluster spreads them); hosts map by hash.
+# Frontier partitions, each under its own hash tag (a Redis Cluster spreads them); hosts map by hash. Unset on a Redis Cluster: the crawl's recorded count, else one per master.
 FRONTIER_PARTITIONS: Annotated[int, Range(1, 256)] = 1
 # Seconds a lease lives without renewal before another worker may take it back.
 FRONTIER_LEASE_TIMEOUT: Annotated[float, Range(above=0)] = 120.0

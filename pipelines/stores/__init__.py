@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 
 from scrapy.utils.misc import load_object
 
-from extensions.settings.config import setting_or_env
+from extensions.settings.config import SettingsError, setting_or_env
 from pipelines.stores.base import (
     BatchResult,
     DocumentError,
@@ -37,6 +37,7 @@ __all__ = [
     "PermanentStoreError",
     "StoredPage",
     "TransientStoreError",
+    "store_class",
     "store_class_path",
     "store_from_settings",
 ]
@@ -52,14 +53,23 @@ def store_class_path(settings: BaseSettings) -> str:
     return "pipelines.stores.sqlite.SQLiteStore"
 
 
+def store_class(settings: BaseSettings) -> Any:
+    """The page store class the settings select; a path that names none
+    (``PAGE_STORE=nope.Store``) raises :class:`SettingsError`, one line."""
+    path = store_class_path(settings)
+    try:
+        return load_object(path)
+    except (ImportError, NameError, ValueError) as exc:
+        raise SettingsError(f"PAGE_STORE={path!r} cannot be loaded: {exc}") from None
+
+
 def store_from_settings(settings: BaseSettings) -> PageStore:
     """Build (not open) the page store the settings select.
 
     ``settings`` may be a crawler's frozen settings: nothing is written to
     them (each store reads its environment fallbacks itself).
     """
-    cls = load_object(store_class_path(settings))
-    return cast("PageStore", cls.from_settings(settings))
+    return cast("PageStore", store_class(settings).from_settings(settings))
 
 
 class LazyPageStore:

@@ -4,8 +4,10 @@ A store keeps two record kinds, after seed 000 section 4.6:
 
 ``pages_metadata``
     One small record per page, ``_id`` = the page id (the request fingerprint,
-    so a re-fetch replaces its record): :data:`METADATA_FIELDS`. ``url`` is
-    unique; ``domain``, ``fetched_at`` and ``content_hash`` are indexed.
+    so a re-fetch replaces its record): :data:`METADATA_FIELDS`. ``url`` (the
+    URL that was scheduled, the key) is unique; ``final_url`` (the URL that
+    answered, after redirects), ``domain``, ``fetched_at`` and
+    ``content_hash`` are indexed.
 ``pages_content``
     The zlib-compressed body, ``_id`` = ``page_id`` = the metadata ``_id``
     (linked without a read-back): :data:`CONTENT_FIELDS`. Absent for failed
@@ -129,7 +131,7 @@ VERSION_FIELDS: dict[str, str] = {
 # store knows nothing of the frontier but this order.
 SPILL = "spilled_requests"
 # Indexed metadata fields besides _id and the unique url.
-METADATA_INDEXES = ("domain", "fetched_at", "content_hash")
+METADATA_INDEXES = ("domain", "fetched_at", "content_hash", "final_url")
 BOOL_FIELDS = ("noindex", "nofollow", "has_content")
 # Pages read per query by iter_pages: bounded memory, few round trips.
 ITER_CHUNK = 200
@@ -219,7 +221,10 @@ class PageStore(Protocol):
         content_docs: list[dict[str, Any]],
     ) -> BatchResult: ...
 
-    def get_page(self, url: str) -> StoredPage | None: ...
+    def get_page(self, url: str) -> StoredPage | None:
+        """The page stored under ``url``, else the newest page whose
+        redirects ended at ``url`` (its ``final_url``), else None."""
+        ...
 
     def iter_pages(
         self, host: str | None = None, since: float | None = None

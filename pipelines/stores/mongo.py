@@ -6,11 +6,12 @@ Collections ``pages_metadata``, ``pages_content`` and ``pages_simhash``
 ms, record: str}``, the continuous crawl's store-side schedule,
 :mod:`pipelines.stores.schedule`) and ``spilled_requests`` (``{_id: "<host>
 <score>", host, score, member}``: the frontier spill); indexes created at
-open: ``url`` unique, ``domain``, ``fetched_at``, ``content_hash``, ``bands``
-(multikey), the schedule's ``due`` and the spill's ``(host, score)`` unique. A
-batch is three unordered bulk writes of ``ReplaceOne(upsert=True)`` by
-``_id`` (metadata first, then the content and the band index of the metadata
-that was written), so a retried batch is harmless.
+open: ``url`` unique, ``domain``, ``fetched_at``, ``content_hash``,
+``final_url``, ``bands`` (multikey), the schedule's ``due`` and the spill's
+``(host, score)`` unique. A batch is three unordered bulk writes of
+``ReplaceOne(upsert=True)`` by ``_id`` (metadata first, then the content and
+the band index of the metadata that was written), so a retried batch is
+harmless.
 
 Errors: network errors, server selection timeouts, primary step-downs and
 write errors labelled retryable raise
@@ -458,7 +459,10 @@ class MongoStore:
     def get_page(self, url: str) -> StoredPage | None:
         db = self._database()
         try:
-            meta = db["pages_metadata"].find_one({"url": url})
+            pages = db["pages_metadata"]
+            meta = pages.find_one({"url": url}) or pages.find_one(
+                {"final_url": url}, sort=[("fetched_at", -1)]
+            )
             if meta is None:
                 return None
             return self._pages([meta])[0]

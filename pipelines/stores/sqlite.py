@@ -2,7 +2,7 @@
 
 Used when ``MONGO_URI`` is empty, at ``WEBCRAWL_HOME/pages.sqlite3``: tables
 ``pages_metadata`` (unique ``url``, indexes on ``domain``, ``fetched_at``,
-``content_hash``) and ``pages_content``, the columns of
+``content_hash``, ``final_url``) and ``pages_content``, the columns of
 :data:`pipelines.stores.base.METADATA_FIELDS` and ``CONTENT_FIELDS`` (``_id``
 is the column ``id``), and ``pages_simhash`` (``band``, ``id``, ``simhash``:
 four rows per original page, primary key ``(band, id)``, indexed by ``id``),
@@ -223,6 +223,10 @@ class SQLiteStore:
                                 f"{METADATA_FIELDS[name]}"
                             )
                 for name in METADATA_INDEXES:
+                    if name not in have:
+                        # A schema older than the ALTERs above: refused at its
+                        # first write, with the column it lacks.
+                        continue
                     conn.execute(
                         f"CREATE INDEX IF NOT EXISTS pages_metadata_{name} "
                         f"ON pages_metadata ({name})"
@@ -471,6 +475,10 @@ class SQLiteStore:
         with self._lock:
             docs = self._metadata_rows(
                 "SELECT * FROM pages_metadata WHERE url = ?", (url,)
+            ) or self._metadata_rows(
+                "SELECT * FROM pages_metadata WHERE final_url = ? "
+                "ORDER BY fetched_at DESC LIMIT 1",
+                (url,),
             )
             return assemble_pages(docs, self._compressed_bodies)[0] if docs else None
 

@@ -10,6 +10,7 @@ Scrapy's resolver in place.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -96,6 +97,24 @@ def wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> list[i
             stop(proc)
             codes.append(-9)
     return codes
+
+
+def stop_all(procs: Sequence[subprocess.Popen[bytes]], grace: float = 20.0) -> None:
+    """SIGTERM every worker still running (Scrapy's graceful stop: leases and
+    seeds handed back, buffered pages written), wait up to ``grace`` seconds
+    for all of them, then SIGKILL the process group of any left (each worker
+    leads its own: ``start_new_session``), its parse child included."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in running:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:

@@ -23,7 +23,7 @@ from extensions.keys import (
     start_urls,
 )
 from sandbox.process import SandboxProcess, min_gap_ms_by_host
-from tests.support.fleet import push_seeds, start_worker, wait_all
+from tests.support.fleet import push_seeds, start_worker, stop_all, wait_all
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -142,13 +142,18 @@ def crawl_sandbox(
     with SandboxProcess(spec, directory=home, max_seconds=timeout + 60) as web:
         push_seeds(redis_url, [*web.seed_urls(), *(extra_seeds or [])])
         start = time.monotonic()
-        procs = [
-            start_worker(all_settings, log_dir / f"worker-{n}.log")
-            for n in range(workers)
-        ]
-        if during is not None:
-            during(procs, web)
-        codes = wait_all(procs, timeout)
+        procs: list[Any] = []
+        try:
+            for n in range(workers):
+                procs.append(start_worker(all_settings, log_dir / f"worker-{n}.log"))
+            if during is not None:
+                during(procs, web)
+            codes = wait_all(procs, timeout)
+        except BaseException:
+            # Interrupted (Ctrl-C, a failed check in ``during``): the workers
+            # run in sessions of their own and would outlive this process.
+            stop_all(procs)
+            raise
         seconds = time.monotonic() - start
         web.stop()
         records = web.records()

@@ -32,7 +32,12 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import UsageError
 
 from extensions.core.frontier.deadletters import DeadLetters
-from webcrawl.operate import OperatorCommand, client_for, partitions_of
+from webcrawl.operate import (
+    OperatorCommand,
+    client_for,
+    partitions_of,
+    quiet_broken_pipe,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -108,4 +113,5 @@ class Command(OperatorCommand):
         action = args[0]
         if action == "purge" and not (opts.reason or opts.host or opts.all):
             raise UsageError("purge: give --reason, --host or --all")
-        self.call(dlq_action, action, opts)
+        with quiet_broken_pipe():
+            self.call(dlq_action, action, opts)

@@ -25,9 +25,11 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from extensions.settings.config import SettingsError
 from pipelines.export import write_jsonl, write_warc
 from pipelines.stores import store_from_settings
 from pipelines.stores.base import PermanentStoreError
+from webcrawl.operate import quiet_broken_pipe
 
 if TYPE_CHECKING:
     import argparse
@@ -110,25 +112,29 @@ class Command(ScrapyCommand):
             raise UsageError(f"unexpected arguments: {' '.join(args)}")
         since = parse_since(opts.since) if opts.since else None
         assert self.settings is not None
-        store = store_from_settings(self.settings)
         try:
+            store = store_from_settings(self.settings)
             store.open(create=False)
-        except PermanentStoreError as e:
+        except (PermanentStoreError, SettingsError) as e:
             print(f"scrapy export: {e}", file=sys.stderr)
             self.exitcode = 2
             return
-        try:
-            pages = store.iter_pages(host=opts.host, since=since)
-            with _output(opts.output) as out:
-                if opts.format == "jsonl":
-                    n = write_jsonl(pages, out, with_body=opts.body)
-                    summary = f"{n} pages"
-                else:
-                    gzip = opts.output.endswith(".gz")
-                    counts = write_warc(
-                        pages, out, gzip=gzip, filename=Path(opts.output).name
-                    )
-                    summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-        finally:
-            store.close()
+        # A reader of stdout that goes away (| head) ends the command once the
+        # store is closed.
+        with quiet_broken_pipe():
+            try:
+                summary = self.write(store, opts, since)
+            finally:
+                store.close()
         print(f"exported {summary} to {opts.output}", file=sys.stderr)
+
+    def write(self, store: Any, opts: argparse.Namespace, since: float | None) -> str:
+        """Write the pages to ``opts.output``; what was written, in words."""
+        pages = store.iter_pages(host=opts.host, since=since)
+        with _output(opts.output) as out:
+            if opts.format == "jsonl":
+                n = write_jsonl(pages, out, with_body=opts.body)
+                return f"{n} pages"
+            gzip = opts.output.endswith(".gz")
+            counts = write_warc(pages, out, gzip=gzip, filename=Path(opts.output).name)
+            return ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))

@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     import argparse
 
 
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 class Command(OperatorCommand):
     def syntax(self) -> str:
         return "FILE|-"
@@ -25,18 +30,25 @@ class Command(OperatorCommand):
         return (
             "Push seeds onto the crawl's seed list, first line first. A line is a "
             'URL or a JSON object {"url": ..., "priority": ..., "meta": {...}}; '
-            "blank lines and # comments are skipped. Invalid lines are reported "
-            "with their line number and not pushed; the exit status is then 1."
+            "blank lines and # comments are skipped. Invalid lines (not UTF-8 "
+            "among them) are reported with their line number and not pushed; the "
+            "exit status is then 1 (2: FILE cannot be read)."
         )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if len(args) != 1:
             raise UsageError("give one FILE, or - for stdin")
-        if args[0] == "-":
-            lines = sys.stdin.read().splitlines()
-        else:
-            with open(args[0], encoding="utf-8", errors="replace") as f:
-                lines = f.read().splitlines()
+        try:
+            data = sys.stdin.buffer.read() if args[0] == "-" else _read(args[0])
+        except OSError as exc:
+            print(
+                f"scrapy seed: cannot read {args[0]}: {exc.strerror}", file=sys.stderr
+            )
+            self.exitcode = 2
+            return
+        # Bytes: a line that is not UTF-8 is refused as the seed list refuses
+        # it, not pushed with its bytes replaced.
+        lines = data.splitlines()
         limit = seed_url_limit(self.crawl_settings())  # the spider's limit
         valid, invalid = check_seed_lines(lines, limit)
         for number, line, why in invalid:

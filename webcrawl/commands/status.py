@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import UsageError
 
-from webcrawl.operate import OperatorCommand, dumps, gather_status, render_status
+from webcrawl.operate import (
+    OperatorCommand,
+    dumps,
+    gather_status,
+    quiet_broken_pipe,
+    render_status,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -44,9 +50,13 @@ class Command(OperatorCommand):
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if args:
             raise UsageError("status takes no arguments")
-        if opts.serve is not None:
-            self.serve(opts)
-            return
+        with quiet_broken_pipe():
+            if opts.serve is not None:
+                self.serve(opts)
+                return
+            self.show(opts)
+
+    def show(self, opts: argparse.Namespace) -> None:
         while True:
             status = self.call(gather_status, opts.crawl)
             print(dumps(status) if opts.json else render_status(status), flush=True)

@@ -515,7 +515,15 @@ class WebSpider(Spider):
                     continue
                 # DepthMiddleware sets meta["depth"]; RefererMiddleware the
                 # Referer header.
-                yield Request(url, errback=self.on_error)
+                try:
+                    request = Request(url, errback=self.on_error)
+                except ValueError:
+                    # A URL the extractor lets through and Scrapy refuses
+                    # (``http://a.test:99999/``: port out of range): skip the
+                    # link, not the page and its other links.
+                    stats.inc_value("links/invalid")
+                    continue
+                yield request
         yield item
 
     async def _extract(self, item: PageItem, url: str) -> Extracted:
@@ -579,20 +587,22 @@ class WebSpider(Spider):
                 continue
             try:
                 url = response.urljoin(loc)
-                in_scope = self._in_scope(url)
-            except ValueError:
-                # Not a URL (``http://[oops/``: urlsplit refuses it): skip
-                # the entry, not the rest of the sitemap.
-                assert self.crawler.stats is not None
-                self.crawler.stats.inc_value("web/sitemap_invalid_loc")
-                continue
-            if in_scope:
+                if not self._in_scope(url):
+                    continue
                 freq = entry.get("changefreq") if self.recrawl else None
-                yield Request(
+                request = Request(
                     url,
                     errback=self.on_error,
                     meta={SITEMAP_CHANGEFREQ: freq} if freq else None,
                 )
+            except ValueError:
+                # Not a URL (``http://[oops/``: urlsplit refuses it) or one
+                # Scrapy refuses (a port out of range): skip the entry, not
+                # the rest of the sitemap.
+                assert self.crawler.stats is not None
+                self.crawler.stats.inc_value("web/sitemap_invalid_loc")
+                continue
+            yield request
 
     def _sitemap_entries(self, body: bytes) -> Iterator[dict[str, Any]]:
         """The entries of a sitemap, until the XML is past recovery.

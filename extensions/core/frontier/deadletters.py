@@ -1,27 +1,12 @@
 """The dead-letter queue: every URL whose story ended in a terminal failure.
 
-Keys (see :mod:`extensions.keys`; one pair per frontier partition, a letter
-in its host's): ``web:{web}:dlq``, a HASH of URL -> JSON
-entry, and ``web:{web}:dlq:reasons``, a HASH of reason class -> count kept
-in step by the scripts below (the status command reads sizes by reason
-without a scan). An entry holds::
+One HASH of URL -> JSON entry per frontier partition (a letter in its
+host's), with per-reason counts kept in step by its scripts (in
+:mod:`extensions.core.frontier.lua`); a letter with no page record yet is
+listed until the scheduler hands it to the page store. The entry format,
+the reasons, unrecorded letters and re-queueing: ``docs/dead-letters.md``.
 
-    {"url": ..., "host": "http://a.test:80", "reason": "dns",
-     "status": 503 or null, "error": "DNSLookupError: ..." or null,
-     "attempts": 2, "first_failure": 1763860000.1, "last_failure": ...,
-     "priority": 0, "request": "<the request as the frontier queues it>"}
-
-``request`` is the frontier's own serialization of the request
-(:func:`extensions.core.frontier.serialization.request_to_bytes`) without its failure
-history, so :meth:`DeadLetters.requeue` puts it back exactly as it was first
-queued, past the dupefilter, with a fresh failure budget. The page stays on
-record in the page store as well: the spider stores every final failure it
-sees; a dead letter written elsewhere (by the scheduler, or by a frontier
-script: the host-down sweep, the commit's diversion of a down host's URLs)
-is listed in ``web:{web}:dlq:unrecorded`` until the scheduler hands it, a
-page at a time (:meth:`DeadLetters.unrecorded`), to whoever records failed
-pages (signal :data:`extensions.signals.dead_letters_unrecorded`).
-One entry per URL: a URL that fails again replaces its entry.
+Settings read: none.
 """
 
 from __future__ import annotations
@@ -33,7 +18,12 @@ from typing import TYPE_CHECKING, Any, cast
 from extensions import meta
 from extensions.connection.scripts import script
 from extensions.core.frontier.frontier import PartitionedFrontier, QueuedRequest
-from extensions.core.frontier.lua import LUA_DLQ, LUA_RECORD
+from extensions.core.frontier.lua import (
+    DLQ_ADD_LUA,
+    DLQ_REMOVE_LUA,
+    DLQ_UNRECORDED_LUA,
+    HOST_DOWN_LUA,
+)
 from extensions.core.frontier.serialization import request_to_bytes
 from extensions.keys import FrontierKeys
 from extensions.meta import FAILURE_META
@@ -58,123 +48,6 @@ _ATTEMPT_META = (
     "politeness_lock",
     meta.HOST_DOWN,
 )
-
-
-# add: store or replace one entry and keep the per-reason counts in step.
-# KEYS[1] dlq HASH, KEYS[2] reasons HASH, KEYS[3] unrecorded LIST
-# ARGV[1] URL, ARGV[2] reason (the entry's), ARGV[3] entry JSON,
-# ARGV[4] '1' when no page record exists for it (the URL is then listed in
-# KEYS[3], see unrecorded below), else '0'.
-# Returns 1 if the URL was new (see dlq_put).
-ADD_LUA = (
-    LUA_DLQ
-    + """
-local new = dlq_put(KEYS[1], KEYS[2], ARGV[1], cjson.decode(ARGV[3]))
-if ARGV[4] == '1' then redis.call('RPUSH', KEYS[3], ARGV[1]) end
-return new
-"""
-)
-
-# unrecorded: take a page of the dead letters written with no page record in
-# the store (by the scheduler, or by a script: the host-down sweep, the
-# commit's diversion of a down host's URLs), oldest first.
-# KEYS[1] dlq HASH, KEYS[2] unrecorded LIST; ARGV[1] page size
-# Returns {URLs still listed after this page, entry JSON...}: a URL whose
-# entry is gone meanwhile (re-queued, purged) is skipped. A page, not the
-# whole list: a sweep of a big host never builds one giant reply.
-UNRECORDED_LUA = """
-local urls = redis.call('LPOP', KEYS[2], tonumber(ARGV[1]))
-local out = {0}
-if urls then
-  for _, url in ipairs(urls) do
-    local entry = redis.call('HGET', KEYS[1], url)
-    if entry then out[#out + 1] = entry end
-  end
-end
-out[1] = redis.call('LLEN', KEYS[2])
-return out
-"""
-
-# host down: the verdict on a host that has been failing (no response at all)
-# for ``HOST_DOWN_AFTER``, and the sweep of its waiting requests into the
-# dead-letter queue, in one step. Single-slot: every key is the frontier's
-# (one host's queue and record, and the frontier's ready, delayed and DLQ).
-# KEYS[1] host record HASH, KEYS[2] host queue ZSET, KEYS[3] ready ZSET,
-# KEYS[4] delayed ZSET, KEYS[5] dlq HASH, KEYS[6] reasons HASH,
-# KEYS[7] dlq unrecorded LIST
-# ARGV[1] host key, ARGV[2] HOST_DOWN_AFTER (or DNS_DOWN_AFTER) ms,
-# ARGV[3] HOST_DOWN_TTL ms, ARGV[4] the error to record, ARGV[5] the
-# verdict's reason: 'host_down', or 'dns' (a name that does not resolve)
-# When a verdict is in force (``down`` in the future): nothing to do. Else,
-# when the record's ``failing_since`` is at least ARGV[2] ms old: ``down`` =
-# now + ARGV[3] and ``down_reason`` = ARGV[5] (the commit's dead letters of
-# the host take that reason, see dlq_member), the host parked as long
-# (nothing of it is leased), every request of its queue and of the delayed
-# ZSET dead-lettered with reason ARGV[5] (the delayed ZSET is read whole: a
-# verdict is rare, and it holds retries only). Returns {requests
-# dead-lettered, the verdict's end in ms (0: none in force), 1 if this call
-# made the verdict else 0}.
-HOST_DOWN_LUA = (
-    LUA_DLQ
-    + LUA_RECORD
-    + """
-local hkey, q, ready, delayed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local dlq, reasons, unrecorded = KEYS[5], KEYS[6], KEYS[7]
-local host, err, why = ARGV[1], ARGV[4], ARGV[5]
-local now = now_ms()
-local rec = host_record(hkey)
-if rec.down > now then return {0, rec.down, 0} end
-local since = rec.failing_since
-if since == 0 or now - since < tonumber(ARGV[2]) then return {0, 0, 0} end
-local down = now + tonumber(ARGV[3])
-redis.call('HSET', hkey, 'down', down, 'down_reason', why)
-park_until(hkey, rec, down)
-local n = 0
-local queued = redis.call('ZRANGE', q, 0, -1, 'WITHSCORES')
-for i = 1, #queued, 2 do
-  -- The frontier's score: (32768 - priority) * 2^36 + seq.
-  local prio = 32768 - math.floor(tonumber(queued[i + 1]) / 68719476736)
-  n = n + dlq_member(dlq, reasons, unrecorded, hkey, host, prio, queued[i], why,
-                     err)
-end
-redis.call('DEL', q)
-redis.call('ZREM', ready, host)
-local head = host .. '\\n'
-for _, entry in ipairs(redis.call('ZRANGE', delayed, 0, -1)) do
-  if string.sub(entry, 1, #head) == head then
-    local prio, member = string.match(entry, '^[^\\n]+\\n([^\\n]*)\\n(.*)$')
-    if member then
-      n = n + dlq_member(dlq, reasons, unrecorded, hkey, host,
-                         tonumber(prio) or 0, member, why, err)
-    end
-    redis.call('ZREM', delayed, entry)
-  end
-end
-return {n, down, 1}
-"""
-)
-
-# remove: delete entries and keep the per-reason counts in step.
-# KEYS[1] dlq HASH, KEYS[2] reasons HASH; ARGV: pairs of a URL and the entry
-# expected ('': any): an entry that changed meanwhile (the URL failed again,
-# or a requeue put it straight back) is kept.
-# Returns the number of entries deleted.
-REMOVE_LUA = """
-local n = 0
-for i = 1, #ARGV, 2 do
-  local url, expected = ARGV[i], ARGV[i + 1]
-  local old = redis.call('HGET', KEYS[1], url)
-  if old and (expected == '' or old == expected) then
-    local reason = cjson.decode(old)['reason']
-    if redis.call('HINCRBY', KEYS[2], reason, -1) <= 0 then
-      redis.call('HDEL', KEYS[2], reason)
-    end
-    redis.call('HDEL', KEYS[1], url)
-    n = n + 1
-  end
-end
-return n
-"""
 
 
 @dataclass
@@ -276,7 +149,7 @@ class DeadLetters:
         for letter in letters:
             k = self._keys(letter.host)
             new += int(
-                await script(self.client, ADD_LUA)(
+                await script(self.client, DLQ_ADD_LUA)(
                     keys=[k.dlq, k.dlq_reasons, k.dlq_unrecorded],
                     args=[
                         letter.url,
@@ -290,12 +163,12 @@ class DeadLetters:
 
     async def unrecorded(self, page: int) -> tuple[list[DeadLetter], int]:
         """Up to ``page`` dead letters per partition that have no page
-        record yet (:data:`UNRECORDED_LUA`), taken off the list, and how
+        record yet (:data:`DLQ_UNRECORDED_LUA`), taken off the list, and how
         many are still listed after them."""
         letters: list[DeadLetter] = []
         left = 0
         for k in self.parts:
-            reply = await script(self.client, UNRECORDED_LUA)(
+            reply = await script(self.client, DLQ_UNRECORDED_LUA)(
                 keys=[k.dlq, k.dlq_unrecorded], args=[page]
             )
             left += int(reply[0])
@@ -391,7 +264,7 @@ class DeadLetters:
 
     async def _delete(self, entries: list[tuple[int, str, bytes]]) -> int:
         """Delete ``(partition, url, expected entry)`` triples (see
-        :data:`REMOVE_LUA`)."""
+        :data:`DLQ_REMOVE_LUA`)."""
         by_part: dict[int, list[str | bytes]] = {}
         for p, url, expected in entries:
             by_part.setdefault(p, []).extend((url, expected))
@@ -400,7 +273,7 @@ class DeadLetters:
             k = self.parts[p]
             for i in range(0, len(args), 1000):
                 n += int(
-                    await script(self.client, REMOVE_LUA)(
+                    await script(self.client, DLQ_REMOVE_LUA)(
                         keys=[k.dlq, k.dlq_reasons], args=args[i : i + 1000]
                     )
                 )

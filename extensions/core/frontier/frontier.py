@@ -1,43 +1,17 @@
 """The Redis frontier: per-host priority queues, a host schedule and leases.
 
-This is the Mercator back-queue model on Redis. Each host has its own queue, a
-ZSET of serialized requests; a second ZSET, ``ready``, holds every host that
-has queued requests, scored by the time (ms) it may next be fetched from.
-Picking the next request is therefore "the host with the lowest score, if that
-score is in the past", O(log hosts), never a scan over hosts. A host's next
-time is ``now + max(delay, backoff)`` from its politeness record, so a large
-host that must wait never blocks the others (no head-of-line blocking), and no
-worker is ever handed a request it would have to hold back.
+The Mercator back-queue model on Redis: a ZSET of requests per host, and a
+``ready`` ZSET of hosts scored by when each may next be fetched, so the next
+request is "the host with the lowest score, if due" (O(log hosts)) and a host
+that must wait never blocks the others. Popped requests are leased, not
+deleted, until their outcome is durable; retries wait in the ``delayed``
+ZSET; malformed entries go to the poison list. :class:`Frontier` is one
+partition (its scripts are in :mod:`extensions.core.frontier.lua`);
+:class:`PartitionedFrontier` routes a crawl's ``FRONTIER_PARTITIONS`` of
+them by host and by lease. The protocol (leases, heartbeats, recovery,
+write-ahead batches, poison, partitions): ``docs/frontier.md``.
 
-Popped requests are leased, not deleted: the lease (deadline, worker) lives in
-Redis until its outcome is durable (:meth:`Frontier.commit` acknowledges it).
-Expired leases -- a worker that died -- go back to their host's queue; every
-pop reclaims a few, so any live worker cleans up after a dead one.
-
-Scores: ``(32768 - priority) * 2**36 + seq``: lower pops first, so a higher
-``request.priority`` comes first and ``seq`` (a global arrival counter) keeps
-FIFO order within a priority. Both parts fit a double exactly (2**52 < 2**53).
-
-Poison: whoever can write to the shared Redis can leave an entry no script
-or worker can use (a write-ahead batch that is not JSON, a lease record
-without its fields, a queue key of the wrong type, a request naming a class
-to import). Such an entry is moved aside to ``web:{web}:poison`` (a LIST of
-JSON records ``{"key", "field", "entry", "reason", "length"}``, the newest
-:data:`POISON_KEEP` kept) and counted, never retried forever: one bad entry
-must not stop the fleet. Scripts decode with ``pcall`` for that reason.
-
-Retries wait in Redis, not in a worker: a request queued with a delay goes to
-the ``delayed`` ZSET (scored by its due time, ms) in the same script that ends
-its parent's lease, and the lease script moves due entries into their hosts'
-queues. A worker that dies after scheduling a retry loses nothing.
-
-Every multi-key step is one Lua script; times come from Redis ``TIME``, never
-from worker clocks. The scripts build per-host key names from the hash-tagged
-prefix, so on a Redis Cluster they stay in the ``{prefix}`` slot.
-
-A :class:`Frontier` is one partition; :class:`PartitionedFrontier` splits a
-crawl into ``FRONTIER_PARTITIONS`` of them, each under its own hash tag
-(:func:`extensions.keys.partition_tag`), and routes by host and by lease.
+Settings read: none (the scheduler passes its settings in, :class:`Worker`).
 """
 
 from __future__ import annotations
@@ -54,14 +28,17 @@ from typing import TYPE_CHECKING, Any, cast
 
 import mmh3
 
-from extensions.connection.scripts import script, server_now_ms
+from extensions.connection.scripts import run_pipelined, script, server_now_ms
 from extensions.core.frontier.lua import (
-    LUA_DLQ,
-    LUA_SCHEDULE_HOST,
+    BEAT_LUA,
+    COMMIT_LUA,
+    LEASE_LUA,
+    PARK,
     POISON_ENTRY_KEEP,
     POISON_KEEP,
-    PRIORITY_MAX,
-    PRIORITY_MIN,
+    RECOVER_LUA,
+    RELEASE_LUA,
+    clamp_priority,
 )
 from extensions.keys import FrontierKeys, crawl_patterns
 from extensions.utils.hosts import host_partition
@@ -69,278 +46,8 @@ from extensions.utils.hosts import host_partition
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    import redis
     import redis.asyncio as aredis
-
-
-# commit: push new requests and acknowledge finished leases, atomically, so a
-# redirect or retry hands its parent's lease over to the child with no window
-# in which neither is in Redis; and drop the batch's write-ahead entry.
-# A request of a host judged down (its record's ``down`` in the future, see
-# extensions.core.frontier.deadletters.HOST_DOWN_LUA) is dead-lettered as ``host_down``
-# instead.
-# KEYS[1] ready ZSET, KEYS[2] seq counter, KEYS[3] leases ZSET,
-# KEYS[4] lease data HASH, KEYS[5] the worker's write-ahead HASH,
-# KEYS[6] poison LIST, KEYS[7] delayed ZSET, KEYS[8] dlq HASH,
-# KEYS[9] dlq reasons HASH, KEYS[10] refill SET, KEYS[11] dlq unrecorded LIST
-# ARGV[1] queue key prefix, ARGV[2] host record key prefix (per-host keys are
-# built from these two, under the frontier's hash tag: one slot),
-# ARGV[3] number of requests n, ARGV[4] write-ahead entry id ('' for none),
-# ARGV[5] most requests queued per host (0: no cap, nothing spilled),
-# ARGV[6] refill a host whose queue is shorter than this,
-# then n quadruples (host, priority, member, delay ms: 0 = queue now, else
-# wait in the delayed ZSET), then the lease ids to acknowledge.
-# Requests refused by the cap are returned for the spill store; the
-# write-ahead entry then stays, holding them (with their scores) until the
-# worker confirms them written (SPILLED_LUA), so a worker that dies first
-# loses none: recovery queues them again. A down host's requests go to the
-# DLQ, never to the spill.
-# Returns {requests added or spilled, leases acknowledged,
-#          requests dead-lettered,
-#          then (host, score, member, priority) per refused request}.
-COMMIT_LUA = (
-    LUA_SCHEDULE_HOST
-    + LUA_DLQ
-    + """
-local ready, seq, leases, ldata = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-pkey = KEYS[6]
-local qprefix, hprefix = ARGV[1], ARGV[2]
-local n = tonumber(ARGV[3])
-local now = now_ms()
-local added, dead = 0, 0
-if tonumber(ARGV[5]) > 0 then
-  spill = {cap = tonumber(ARGV[5]), low = tonumber(ARGV[6]), refill = KEYS[10],
-           out = {}}
-end
-for i = 0, n - 1 do
-  local host = ARGV[7 + i * 4]
-  local prio = tonumber(ARGV[8 + i * 4])
-  local member = ARGV[9 + i * 4]
-  local delay = tonumber(ARGV[10 + i * 4])
-  local down = tonumber(on_key('HGET', hprefix .. host, 'down') or '0') or 0
-  if down > now then
-    dead = dead + dlq_member(KEYS[8], KEYS[9], KEYS[11], hprefix .. host, host,
-                             prio, member, 'host_down',
-                             'host down (HOST_DOWN_AFTER): not queued')
-  else
-    added = added + queue_or_delay(KEYS[7], ready, qprefix, hprefix, host, prio,
-                                   member, delay, seq, now)
-  end
-end
-local acked = 0
-for i = 7 + n * 4, #ARGV do
-  acked = acked + redis.call('ZREM', leases, ARGV[i])
-  redis.call('HDEL', ldata, ARGV[i])
-end
-local res = {added, acked, dead}
-local out = spill and spill.out or {}
-if ARGV[4] ~= '' then
-  if #out > 0 then
-    local kept = {}
-    for i = 1, #out, 4 do
-      kept[#kept + 1] = {out[i], out[i + 3], out[i + 2], out[i + 1]}
-    end
-    redis.call('HSET', KEYS[5], ARGV[4], cjson.encode(kept))
-  else
-    redis.call('HDEL', KEYS[5], ARGV[4])
-  end
-end
-for _, v in ipairs(out) do res[#res + 1] = v end
-return res
-"""
-)
-
-# recover: requeue the write-ahead batches of workers that stopped beating
-# (killed between marking a batch seen in the dupefilter and queueing it).
-# Every request of such a batch is queued (ZADD NX): whether the dupefilter
-# called it new is unknown, and a re-crawl beats a lost URL. A request with
-# a score (a fourth element: refused by the spill cap, maybe never written
-# to the spill store) goes back to its queue with that score, uncounted
-# from its host's spill counters. A batch that is
-# not JSON, or holds requests not shaped [host, priority, member], goes to
-# the poison list (its well-formed requests are still queued).
-# The leases of such workers go back to their queues at once, rather than
-# after the lease timeout.
-# KEYS[1] workers ZSET, KEYS[2] ready ZSET, KEYS[3] seq counter,
-# KEYS[4] poison LIST, KEYS[5] leases ZSET, KEYS[6] lease data HASH
-# ARGV[1] queue key prefix, ARGV[2] host record key prefix,
-# ARGV[3] write-ahead key prefix, ARGV[4] silence (ms) after which a worker
-# is dead. Returns {requests queued again, entries poisoned, leases reclaimed}.
-RECOVER_LUA = (
-    LUA_SCHEDULE_HOST
-    + """
-local workers, ready, seq = KEYS[1], KEYS[2], KEYS[3]
-pkey = KEYS[4]
-local qprefix, hprefix, wprefix = ARGV[1], ARGV[2], ARGV[3]
-local now = now_ms()
-local dead = redis.call('ZRANGEBYSCORE', workers, '-inf', now - tonumber(ARGV[4]))
-local n = 0
-local reclaimed = 0
-if #dead > 0 then
-  -- Lease ids are "<worker>:<seq>": one pass over the leases finds theirs.
-  local gone = {}
-  for _, worker in ipairs(dead) do gone[worker] = true end
-  for _, id in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
-    local owner = string.match(id, '^(.*):[0-9]+$')
-    if owner and gone[owner] then
-      reclaimed = reclaimed + requeue_lease(ready, KEYS[5], KEYS[6], qprefix,
-                                            hprefix, id, now)
-    end
-  end
-end
-for _, worker in ipairs(dead) do
-  local wal = wprefix .. worker
-  local all = redis.pcall('HGETALL', wal)
-  if all.err then
-    poison(wal, '', '', all.err)
-    all = {}
-  end
-  for i = 1, #all, 2 do
-    local ok, batch = pcall(cjson.decode, all[i + 1])
-    if not ok or type(batch) ~= 'table' or (#batch == 0 and next(batch)) then
-      poison(wal, all[i], all[i + 1], 'write-ahead batch is not a JSON list')
-    else
-      local bad = 0
-      for _, r in ipairs(batch) do
-        if type(r) == 'table' and type(r[1]) == 'string' and r[1] ~= ''
-            and type(r[2]) == 'number' and r[2] == r[2]
-            and type(r[3]) == 'string' then
-          local score = type(r[4]) == 'string' and tonumber(r[4])
-          if score then
-            n = n + unspill(qprefix, hprefix, r[1], score, r[3], now, ready)
-          else
-            local prio = math.max(-32768, math.min(32767, math.floor(r[2])))
-            n = n + queue_request(qprefix, r[1], prio, r[3], seq)
-            schedule_host(ready, hprefix .. r[1], r[1], now)
-          end
-        else
-          bad = bad + 1
-        end
-      end
-      if bad > 0 then
-        poison(wal, all[i], all[i + 1],
-               bad .. ' malformed requests in a write-ahead batch')
-      end
-    end
-  end
-  redis.call('DEL', wal)
-  redis.call('ZREM', workers, worker)
-end
-return {n, poisoned, reclaimed}
-"""
-)
-
-# lease: reclaim expired leases, then lease up to `count` ready requests.
-# KEYS[1] ready ZSET, KEYS[2] leases ZSET, KEYS[3] lease data HASH,
-# KEYS[4] seq counter, KEYS[5] poison LIST, KEYS[6] pause flag STRING (exists:
-# the fleet is paused, nothing is leased; expired leases are still reclaimed),
-# KEYS[7] delayed ZSET, KEYS[8] refill SET
-# ARGV[1] queue key prefix, ARGV[2] host record key prefix, ARGV[3] count,
-# ARGV[4] lease time ms, ARGV[5] worker id, ARGV[6] default delay ms,
-# ARGV[7] most expired leases to reclaim in this call, ARGV[8] back-off quiet
-# period ms (a back-off raised longer ago than that is forgiven),
-# ARGV[9] refill a host with spilled requests whose queue is shorter than
-# this (0: no spill): it joins the refill SET
-# Due entries of the delayed ZSET are moved into their queues first.
-# Returns {reclaimed, ms until the next host or delayed retry is ready
-#          (-1: none queued),
-#          hosts ready, leases outstanding, entries poisoned, paused (0/1),
-#          id1, request1, id2, request2, ...}
-LEASE_LUA = (
-    LUA_SCHEDULE_HOST
-    + """
-local ready, leases, ldata, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-pkey = KEYS[5]
-local qprefix, hprefix = ARGV[1], ARGV[2]
-local count, lease_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
-local worker, default_delay = ARGV[5], tonumber(ARGV[6])
-local quiet = tonumber(ARGV[8])
-local refill_below = tonumber(ARGV[9] or '0') or 0
-local now = now_ms()
-
-local reclaimed = 0
-local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0,
-                           tonumber(ARGV[7]))
-for _, id in ipairs(expired) do
-  reclaimed = reclaimed
-    + requeue_lease(ready, leases, ldata, qprefix, hprefix, id, now)
-end
-promote_delayed(KEYS[7], ready, qprefix, hprefix, seq, now, count * 4 + 8)
-
-local out = {}
-local paused = redis.call('EXISTS', KEYS[6])
-local guard = count * 4 + 8
-if paused == 1 then guard = 0 end
-while #out < count * 2 and guard > 0 do
-  guard = guard - 1
-  local top = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
-  if #top == 0 or tonumber(top[2]) > now then break end
-  local host = top[1]
-  local hkey = hprefix .. host
-  local rec = host_record(hkey, on_key)
-  if rec.park > now then
-    redis.call('ZADD', ready, rec.park, host)
-  else
-    local q = qprefix .. host
-    local popped = on_key('ZPOPMIN', q)
-    if #popped == 0 then
-      redis.call('ZREM', ready, host)
-    else
-      local nxt = now + spacing(rec, default_delay, now, quiet)
-      redis.call('HSET', hkey, 'next', nxt)
-      local left = redis.call('ZCARD', q)
-      if left < refill_below
-          and (tonumber(redis.call('HGET', hkey, 'spilled')) or 0) > 0 then
-        redis.call('SADD', KEYS[8], host)
-      end
-      if left > 0 then
-        redis.call('ZADD', ready, nxt, host)
-      else
-        redis.call('ZREM', ready, host)
-      end
-      local id = worker .. ':' .. redis.call('INCR', seq)
-      redis.call('HSET', ldata, id, host .. '\\n' .. popped[2] .. '\\n' .. popped[1])
-      redis.call('ZADD', leases, now + lease_ms, id)
-      out[#out + 1] = id
-      out[#out + 1] = popped[1]
-    end
-  end
-end
-
-local wait = -1
-for _, zset in ipairs({ready, KEYS[7]}) do
-  local top = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
-  if #top > 0 then
-    local w = math.max(0, tonumber(top[2]) - now)
-    if wait < 0 or w < wait then wait = w end
-  end
-end
-local res = {reclaimed, wait, redis.call('ZCARD', ready), redis.call('ZCARD', leases),
-             poisoned, paused}
-for _, v in ipairs(out) do res[#res + 1] = v end
-return res
-"""
-)
-
-# release: hand leases back to their queues now (a graceful stop returns the
-# requests it has not started), keeping their original scores.
-# KEYS[1] ready ZSET, KEYS[2] leases ZSET, KEYS[3] lease data HASH,
-# KEYS[4] poison LIST
-# ARGV[1] queue key prefix, ARGV[2] host record key prefix, ARGV[3..] lease ids
-# Returns the number of requests put back.
-RELEASE_LUA = (
-    LUA_SCHEDULE_HOST
-    + """
-local ready, leases, ldata = KEYS[1], KEYS[2], KEYS[3]
-pkey = KEYS[4]
-local qprefix, hprefix = ARGV[1], ARGV[2]
-local now = now_ms()
-local n = 0
-for i = 3, #ARGV do
-  n = n + requeue_lease(ready, leases, ldata, qprefix, hprefix, ARGV[i], now)
-end
-return n
-"""
-)
 
 
 def worker_id() -> str:
@@ -430,13 +137,6 @@ def _count(reply: Any) -> int:
     (12, 0, 0)
     """
     return 0 if reply is None or isinstance(reply, Exception) else int(reply)
-
-
-def clamp_priority(priority: int) -> int:
-    """>>> clamp_priority(10**9), clamp_priority(-(10**9)), clamp_priority(5)
-    (32767, -32768, 5)
-    """
-    return max(PRIORITY_MIN, min(PRIORITY_MAX, int(priority)))
 
 
 class Frontier:
@@ -646,8 +346,9 @@ class Frontier:
         """Record this worker's heartbeat (Redis clock) in the registry. A
         worker beats before it writes ahead, or its batches would never be
         recovered."""
-        now = await server_now_ms(self.client, self.keys.workers)
-        await self.client.zadd(self.keys.workers, {self.worker.id: now})
+        await script(self.client, BEAT_LUA)(
+            keys=[self.keys.workers], args=[self.worker.id]
+        )
 
     async def retire(self) -> None:
         """Leave the registry: a clean stop, with nothing written ahead left."""
@@ -760,7 +461,7 @@ class Frontier:
             async with self.client.pipeline(transaction=False) as pipe:
                 for h, _ in chunk:
                     pipe.zcard(k.queue(h.decode()))
-                    pipe.hget(k.host(h.decode()), "park")
+                    pipe.hget(k.host(h.decode()), PARK)
                 # A key of the wrong type (poison, set aside by the lease
                 # script when it meets it) reads as 0 here, not as a failure.
                 replies = await pipe.execute(raise_on_error=False)
@@ -821,6 +522,28 @@ async def recorded_partitions(client: aredis.Redis, prefix: str) -> int | None:
     """The partition count a crawl's first worker recorded (None: none yet)."""
     value = await client.get(FrontierKeys(prefix).partitions)
     return None if value is None else int(value)
+
+
+# FRONTIER_PARTITIONS's upper bound (extensions.settings.defaults).
+_MAX_PARTITIONS = 256
+
+
+def first_partitions(client: redis.Redis, prefix: str) -> int:
+    """The partition count of a worker on a Redis Cluster that leaves
+    ``FRONTIER_PARTITIONS`` unset: the count the crawl recorded
+    (:meth:`PartitionedFrontier.pin`); one for a crawl written before
+    partitions (the pin's rule); else one per master, so that a new crawl's
+    frontier spreads over the whole cluster. Blocking: for the add-on, before
+    the crawl starts (``client`` is a synchronous cluster client).
+    """
+    k = FrontierKeys(prefix)
+    recorded = client.get(k.partitions)
+    if recorded is not None:
+        return int(recorded)
+    if client.exists(k.ready, k.leases, k.delayed):
+        return 1
+    masters = len(cast("Any", client).get_primaries())
+    return max(1, min(_MAX_PARTITIONS, masters))
 
 
 class PartitionedFrontier:
@@ -1102,11 +825,13 @@ class PartitionedFrontier:
         """:meth:`Frontier.beat` into every partition's registry, one call."""
         if len(self.parts) == 1:
             return await self.parts[0].beat()
-        now = await server_now_ms(self.client)
-        async with self.client.pipeline(transaction=False) as pipe:
-            for f in self.parts:
-                pipe.zadd(f.keys.workers, {self.worker.id: now})
-            await pipe.execute()
+        # Each partition's registry stamped by its own master's clock (the
+        # clock its recovery compares with), one round trip per master.
+        beat = script(self.client, BEAT_LUA)
+        await run_pipelined(
+            self.client,
+            [(beat, [f.keys.workers], [self.worker.id]) for f in self.parts],
+        )
         return None
 
     async def retire(self) -> None:

@@ -1,62 +1,11 @@
-"""The per-host record: its fields, the scripts that write them, the host keys.
+"""The per-host record's Python side: :class:`HostRecords` runs the scripts
+that write it.
 
-This module owns the host record: it names its fields, holds the Lua helpers
-every script includes to read them (:data:`LUA_RECORD`: the Redis clock, the
-record, the spacing rule, the park rule) and the scripts that write them
-(:class:`HostRecords`). The frontier (:mod:`extensions.core.frontier.frontier`) queues
-requests by :func:`host_key` and keeps one record per host in Redis,
-``FrontierKeys(prefix, partition, partitions).host(hostkey)`` in its partition
-(:func:`host_partition`), a HASH of integers (times are epoch
-ms of the Redis clock, durations ms):
-
-``next``
-    The frontier's next allowed fetch: written by its lease script only.
-``delay``
-    The host's minimum delay: max(``DOWNLOAD_DELAY``, the capped robots.txt
-    ``Crawl-delay``/``Request-rate``), written by the robots middleware
-    (absent: ``DOWNLOAD_DELAY``).
-``backoff``, ``backoff_at``
-    The current back-off delay and when it was last raised; a back-off older
-    than ``BACKOFF_QUIET_PERIOD`` is forgiven by every reader.
-``park``
-    Until when the host must not be fetched (an open circuit breaker, a
-    ``Retry-After`` deadline, an unreachable robots.txt); only ever moved
-    later.
-``fails``
-    Consecutive connection failures (the circuit breaker's count).
-``breaker``
-    How often the circuit breaker opened in a row (its cool-down doubles
-    each time); cleared with ``fails`` by a response.
-``failing_since``
-    When the current run of connection failures began (its first failure);
-    cleared with ``fails`` by a response.
-``down``
-    Until when the host is judged down (``HOST_DOWN_AFTER``, see
-    :data:`extensions.core.frontier.deadletters.HOST_DOWN_LUA`): its requests go to the
-    dead-letter queue as ``host_down`` instead of its queue (the frontier's
-    commit); cleared by a response.
-``down_reason``
-    Why ``down`` was set, the one field that is not a number: ``host_down``,
-    or ``dns`` when the host's name has not resolved for ``DNS_DOWN_AFTER``
-    (its requests are then dead-lettered as ``dns``); cleared with ``down``.
-``spilled``
-    Requests of the host in the spill store (``FRONTIER_SPILL_STORE``), and
-    on their way there: raised by the frontier's commit script for each
-    request it refuses, lowered by the refill script of
-    :mod:`extensions.core.frontier.spill` as it moves them back (and by recovery).
-``spilling``
-    Of those, the ones a worker has not yet confirmed written to the spill
-    store: a refill starts only when it is 0 (all spilled so far are in the
-    store it reads).
-``spill_low``
-    The lowest score spilled since a refill started (cleared when one
-    starts): that refill moves back only requests scored below it, so it
-    never moves a later request ahead of an earlier one still on its way.
-
-The effective spacing of a host is max(``delay`` or the default, ``backoff``
-unless forgiven): the ``spacing`` helper of :data:`LUA_RECORD`, used by the
-frontier's lease script and the lock script of
-:mod:`extensions.downloadermiddlewares.politeness`.
+One record per host (``FrontierKeys(prefix, partition, partitions).host(key)``,
+in its host's partition), a HASH of integers (epoch ms of the Redis clock,
+durations in ms). Its fields, their single writer and the rules every script
+applies to them (spacing, park, back-off, circuit breaker, host verdicts):
+``docs/host-record.md``. Its scripts are in :mod:`extensions.core.frontier.lua`.
 
 Settings read: none (the middlewares pass their settings in).
 """
@@ -68,7 +17,13 @@ import random
 from typing import TYPE_CHECKING
 
 from extensions.connection.scripts import script
-from extensions.core.frontier.lua import LUA_RECORD
+from extensions.core.frontier.lua import (
+    FAIL_LUA,
+    PARK_LUA,
+    RAISE_BACKOFF_LUA,
+    SET_DELAY_LUA,
+    SUCCESS_LUA,
+)
 from extensions.keys import FrontierKeys
 from extensions.utils.hosts import host_partition
 
@@ -76,110 +31,6 @@ if TYPE_CHECKING:
     import redis.asyncio as aredis
 
 logger = logging.getLogger(__name__)
-
-
-# The fields of the host record (see the module docstring).
-NEXT = "next"
-DELAY = "delay"
-BACKOFF = "backoff"
-BACKOFF_AT = "backoff_at"
-PARK = "park"
-FAILS = "fails"
-BREAKER = "breaker"
-FAILING_SINCE = "failing_since"
-DOWN = "down"
-FIELDS = (NEXT, DELAY, BACKOFF, BACKOFF_AT, PARK, FAILS, BREAKER, FAILING_SINCE, DOWN)
-# The spill counters (extensions.core.frontier.spill): not read by host_record.
-SPILLED = "spilled"
-SPILLING = "spilling"
-SPILL_LOW = "spill_low"
-
-
-# KEYS[1] the host record. ARGV[1] ms to park the host from now.
-# Moves ``park`` later, never earlier. Returns the park deadline (epoch ms).
-PARK_SCRIPT = (
-    LUA_RECORD
-    + """
-local rec = host_record(KEYS[1])
-return park_until(KEYS[1], rec, now_ms() + tonumber(ARGV[1]))
-"""
-)
-
-# KEYS[1] the host record.
-# ARGV[1] initial back-off ms, ARGV[2] cap ms, ARGV[3] quiet period ms,
-# ARGV[4] jitter factor (1 +- BACKOFF_JITTER), ARGV[5] Retry-After ms (-1: none).
-# With a Retry-After: park = max(park, now + ARGV[5]). Without: the back-off
-# starts at ARGV[1] (or after a quiet period), doubles when raised again once
-# the current window has passed (a burst of 429s from requests sent before the
-# raise counts once), is capped at ARGV[2]; park = max(park, now + back-off).
-# Returns {back-off ms now in force, park deadline ms, 1 if raised else 0}.
-RAISE_BACKOFF_SCRIPT = (
-    LUA_RECORD
-    + """
-local now = now_ms()
-local rec = host_record(KEYS[1])
-local cur = effective_backoff(rec, now, tonumber(ARGV[3]))
-local raised = 0
-local retry_after = tonumber(ARGV[5])
-local until_ms
-if retry_after >= 0 then
-  until_ms = now + retry_after
-else
-  if cur > 0 and now - rec.backoff_at < cur then
-    return {cur, rec.park, 0}
-  end
-  local new = tonumber(ARGV[1])
-  if cur > 0 then
-    new = cur * 2
-  end
-  new = math.floor(math.min(tonumber(ARGV[2]), new * tonumber(ARGV[4])))
-  redis.call('HSET', KEYS[1], 'backoff', new, 'backoff_at', now)
-  cur = new
-  raised = 1
-  until_ms = now + new
-end
-return {cur, park_until(KEYS[1], rec, until_ms), raised}
-"""
-)
-
-# KEYS[1] the host record.
-# ARGV[1] threshold (failures), ARGV[2] cool-down ms, ARGV[3] max cool-down ms.
-# Counts a connection failure (``fails``; the first of a run sets
-# ``failing_since``). When the count reaches the
-# threshold and the breaker is not already open (park in the future), opens
-# it: park = now + cool-down * 2^(times opened in a row), capped; ``breaker``
-# counts the openings. Returns {fails, park ms if opened by this call else 0}.
-FAIL_SCRIPT = (
-    LUA_RECORD
-    + """
-local now = now_ms()
-local fails = redis.call('HINCRBY', KEYS[1], 'fails', 1)
-redis.call('HSETNX', KEYS[1], 'failing_since', now)
-if fails < tonumber(ARGV[1]) then
-  return {fails, 0}
-end
-local rec = host_record(KEYS[1])
-if rec.park > now then
-  return {fails, 0}
-end
-local opened = redis.call('HINCRBY', KEYS[1], 'breaker', 1)
-local cool = tonumber(ARGV[2]) * 2 ^ math.min(opened - 1, 30)
-cool = math.floor(math.min(cool, tonumber(ARGV[3])))
-redis.call('HSET', KEYS[1], 'park', now + cool)
-return {fails, now + cool}
-"""
-)
-
-# KEYS[1] the host record. No ARGV.
-# Closes the breaker after a response: clears ``fails``, ``breaker``,
-# ``failing_since`` and a ``down`` verdict (the host answers again).
-# Returns the number of openings it had (0: it was closed).
-SUCCESS_SCRIPT = """
-local opened = tonumber(redis.call('HGET', KEYS[1], 'breaker') or '0') or 0
-redis.call('HDEL', KEYS[1], 'fails', 'breaker', 'failing_since', 'down',
-           'down_reason')
-return opened
-"""
 
 
 class HostRecords:
@@ -200,15 +51,15 @@ class HostRecords:
 
     async def set_delay(self, hostkey: str, delay_ms: int | None) -> None:
         """Set the host's minimum delay (None: remove it, the default applies)."""
-        if delay_ms is None:
-            await self.client.hdel(self.record(hostkey), DELAY)
-        else:
-            await self.client.hset(self.record(hostkey), DELAY, int(delay_ms))
+        await script(self.client, SET_DELAY_LUA)(
+            keys=[self.record(hostkey)],
+            args=["" if delay_ms is None else int(delay_ms)],
+        )
 
     async def park(self, hostkey: str, for_ms: int) -> int:
         """Park a host for ``for_ms`` from now (never shortens a park); return
         the deadline in epoch ms of the Redis clock."""
-        res = await script(self.client, PARK_SCRIPT)(
+        res = await script(self.client, PARK_LUA)(
             keys=[self.record(hostkey)], args=[int(for_ms)]
         )
         return int(res)
@@ -226,7 +77,7 @@ class HostRecords:
         """Raise the back-off (or park until a Retry-After):
         ``(back-off ms, park deadline ms, raised)``."""
         factor = 1.0 + random.uniform(-jitter, jitter)
-        res = await script(self.client, RAISE_BACKOFF_SCRIPT)(
+        res = await script(self.client, RAISE_BACKOFF_LUA)(
             keys=[self.record(hostkey)],
             args=[
                 initial_ms,
@@ -242,7 +93,7 @@ class HostRecords:
         self, hostkey: str, *, threshold: int, cooldown_ms: int, max_cooldown_ms: int
     ) -> tuple[int, int]:
         """Count a connection failure: ``(fails, park ms if it opened else 0)``."""
-        res = await script(self.client, FAIL_SCRIPT)(
+        res = await script(self.client, FAIL_LUA)(
             keys=[self.record(hostkey)],
             args=[threshold, cooldown_ms, max_cooldown_ms],
         )
@@ -250,7 +101,7 @@ class HostRecords:
 
     async def succeed(self, hostkey: str) -> int:
         """Close the breaker; return how often it had opened in a row."""
-        res = await script(self.client, SUCCESS_SCRIPT)(
+        res = await script(self.client, SUCCESS_LUA)(
             keys=[self.record(hostkey)], args=[]
         )
         return int(res)

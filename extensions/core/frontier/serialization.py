@@ -243,12 +243,3 @@ def _check_method(spider: Spider | None, name: Any) -> None:
     )
     if not ok:
         raise CorruptEntry(f"callback {str(name)[:100]!r} is not a spider method")
-
-
-def priority_from_score(score: float) -> int:
-    """Recover ``request.priority`` from a frontier score.
-
-    >>> priority_from_score((32768 - 7) * 2**36 + 12345)
-    7
-    """
-    return 32768 - int(score) // 2**36

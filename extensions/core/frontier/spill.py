@@ -1,54 +1,14 @@
 """The frontier spill: queues past a cap wait in the page store, not in Redis.
 
-A host may queue at most ``FRONTIER_HOST_QUEUE_MAX`` requests in Redis; while
-the crawl's Redis ``used_memory`` is over ``FRONTIER_MAX_MEMORY`` (sampled
-with ``INFO memory`` every :data:`MEMORY_SAMPLE_S` seconds, not per request)
-the cap is ``FRONTIER_SPILL_BATCH`` (on a Redis Cluster: while the fullest
-master's is). The frontier's commit script refuses a
-request of a host over its cap, or of a host that already has requests
-spilled, and returns it with the score it would have queued with (priority,
-then arrival); the worker appends it to the spill store
-(``FRONTIER_SPILL_STORE``, a class path built with ``build_from_crawler``,
-satisfying :class:`SpillStore`; the webcrawl add-on names the page store's,
-:class:`pipelines.stores.spill.PageStoreSpill`). As the host's queue drains
-below ``FRONTIER_SPILL_BATCH``, one worker at a time (a token lock per host,
-:mod:`extensions.connection.locks`) takes the next ``FRONTIER_SPILL_BATCH`` entries in
-score order from the store, puts them back in Redis with their original
-scores (:data:`REFILL_LUA`) and deletes them from the store. Stats:
-``frontier/spilled``, ``frontier/refilled``.
-
-Order: every request queued in Redis for a host scores below every one
-spilled (the commit script spills the queue's last in place of a new request
-that scores below it), and a refill moves the lowest-scored spilled requests
-back, so a host's requests are leased in the order Redis alone would lease
-them. A refill starts only when no spilled request is on its way to the
-store (the host record's ``spilling``, see :mod:`extensions.core.frontier.hostrecord`),
-and
-moves back only the requests it read that score below every request spilled
-since it started (``spill_low``), so it never moves a later request ahead of
-an earlier one, and commits spilling meanwhile never starve it.
-
-Nothing lost: a request refused by the cap stays in the worker's write-ahead
-entry (:meth:`extensions.core.frontier.frontier.Frontier.log_ahead`) until the worker
-has
-written it to the store and confirmed it (:data:`SPILLED_LUA`); a worker that
-dies in between has it queued again in Redis, with its score, by recovery.
-A worker that dies after a refill script but before deleting the moved
-entries from the store leaves them in both: they are queued again by a later
-refill (a no-op while still queued, a re-fetch if already fetched): a
-re-fetch beats a lost URL.
-
-Without a spill store (``FRONTIER_SPILL_STORE`` empty) there is no cap:
-queues grow in Redis, and a cap set above its default is reported once at
-open (a component wired by hand keeps working; the add-on always names the
-page store's spill).
-
-A host judged down (``HOST_DOWN_AFTER``, its record's ``down``) spills
-nothing: the commit script dead-letters its new requests as ``host_down``,
-and a refill dead-letters the spilled ones it reads in the same way.
-
-Retries (``delayed``), recovered write-ahead batches and leases handed back
-or reclaimed bypass the cap: they are few, and they keep their place.
+A host queues at most ``FRONTIER_HOST_QUEUE_MAX`` requests in Redis
+(``FRONTIER_SPILL_BATCH`` while Redis ``used_memory`` is over
+``FRONTIER_MAX_MEMORY``, sampled every :data:`MEMORY_SAMPLE_S` s); the commit
+script refuses the rest, the worker
+writes them to the spill store (``FRONTIER_SPILL_STORE``: a class satisfying
+:class:`SpillStore`), and one worker at a time refills a host from it in
+score order as its queue drains, so a host's requests are leased in the
+order Redis alone would give, and none is lost to a worker that dies. The
+protocol and its guarantees: ``docs/spill.md``.
 
 Settings read: ``FRONTIER_HOST_QUEUE_MAX``, ``FRONTIER_MAX_MEMORY``,
 ``FRONTIER_SPILL_STORE``, ``FRONTIER_SPILL_BATCH``.
@@ -69,7 +29,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from extensions.connection import info_per_master
 from extensions.connection.locks import TokenLock, new_token
 from extensions.connection.scripts import script
-from extensions.core.frontier.lua import LUA_DLQ, LUA_SCHEDULE_HOST
+from extensions.core.frontier.lua import REFILL_LUA, REFILL_START_LUA, SPILLED_LUA
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -120,91 +80,6 @@ class SpillStore(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-# refill start: a refill of one host may read the store only when every
-# request spilled so far is written there; it clears `spill_low`, so the
-# commit script records the lowest score spilled from now on.
-# KEYS[1] the host record. Returns 1 to go on, 0 (requests on their way).
-REFILL_START_LUA = """
-if (tonumber(redis.call('HGET', KEYS[1], 'spilling')) or 0) > 0 then return 0 end
-redis.call('HDEL', KEYS[1], 'spill_low')
-return 1
-"""
-
-# refill: put the next spilled requests of one host back in its queue, with
-# their original scores: those the worker read from the store (after
-# REFILL_START_LUA) that score below every request spilled since. While the
-# host is judged down (its record's ``down`` in the future, see
-# extensions.core.frontier.deadletters.HOST_DOWN_LUA) they are dead-lettered as
-# ``host_down``
-# instead, as the commit script does with its new requests: the store drains
-# into the DLQ rather than into fetches of a host that is down.
-# KEYS[1] ready ZSET, KEYS[2] refill SET, KEYS[3] poison LIST,
-# KEYS[4] dlq HASH, KEYS[5] dlq reasons HASH, KEYS[6] dlq unrecorded LIST,
-# KEYS[7] the host's record HASH, KEYS[8] the host's queue ZSET
-# ARGV[1] host, ARGV[2] 1 if the store holds more of the host than these,
-# ARGV[3] the refill threshold, then (score, member) pairs in score order.
-# Returns the number n of pairs moved out of the store (queued back or
-# dead-lettered): the first n (the worker deletes them from the store).
-REFILL_LUA = (
-    LUA_SCHEDULE_HOST
-    + LUA_DLQ
-    + """
-local ready, refill = KEYS[1], KEYS[2]
-pkey = KEYS[3]
-local host, hkey, q = ARGV[1], KEYS[7], KEYS[8]
-local now = now_ms()
-local low = tonumber(redis.call('HGET', hkey, 'spill_low'))
-local down = (tonumber(redis.call('HGET', hkey, 'down')) or 0) > now
-local n, queued = 0, 0
-for i = 4, #ARGV, 2 do
-  if low and tonumber(ARGV[i]) >= low then break end
-  if down then
-    local prio = 32768 - math.floor(tonumber(ARGV[i]) / 68719476736)
-    dlq_member(KEYS[4], KEYS[5], KEYS[6], hkey, host, prio, ARGV[i + 1],
-               'host_down', 'host down (HOST_DOWN_AFTER): spilled, not queued')
-  else
-    on_key('ZADD', q, 'NX', ARGV[i], ARGV[i + 1])
-    queued = queued + 1
-  end
-  n = n + 1
-end
-local more = ARGV[2] == '1' or n < (#ARGV - 3) / 2
-local left
-if not more and not low then
-  left = 0  -- the store held these only, and nothing was spilled since
-else
-  left = math.max((tonumber(redis.call('HGET', hkey, 'spilled')) or 0) - n, 0)
-  if more then left = math.max(left, 1) end
-end
-redis.call('HSET', hkey, 'spilled', left)
-if queued > 0 then schedule_host(ready, hkey, host, now) end
-if left == 0 or redis.call('ZCARD', q) >= tonumber(ARGV[3]) then
-  redis.call('SREM', refill, host)
-end
-return n
-"""
-)
-
-# spilled: the worker wrote refused requests to the spill store: they are no
-# longer on their way, and its write-ahead entry holding them goes.
-# KEYS[1] the worker's write-ahead HASH
-# ARGV[1] host record key prefix, ARGV[2] write-ahead entry id ('' for none),
-# then (host, count) pairs: any number of hosts, so their record keys are
-# built from ARGV[1] (per-host keys under the frontier's hash tag, the slot
-# of KEYS[1], as the frontier's scripts build theirs). Returns the number of
-# hosts.
-SPILLED_LUA = """
-for i = 3, #ARGV, 2 do
-  local hkey = ARGV[1] .. ARGV[i]
-  if redis.call('HINCRBY', hkey, 'spilling', -tonumber(ARGV[i + 1])) < 0 then
-    redis.call('HSET', hkey, 'spilling', 0)
-  end
-end
-if ARGV[2] ~= '' then redis.call('HDEL', KEYS[1], ARGV[2]) end
-return (#ARGV - 2) / 2
-"""
 
 
 class FrontierSpill:
