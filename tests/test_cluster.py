@@ -32,6 +32,7 @@ from extensions.core.seeds import SeedList
 from extensions.keys import FrontierKeys, seed_takers, start_urls
 from extensions.utils.hosts import host_partition
 from sandbox.site import SiteSpec
+from tests.support import FLEET
 from tests.support.cluster import LocalCluster
 from tests.support.localcrawl import crawl_sandbox
 from tests.support.outcomes import assert_complete
@@ -44,6 +45,10 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sandbox.process import SandboxProcess
+
+# The module's cluster (a fixture) starts once: in one pytest-xdist process
+# (the fleets' crawls, marked FLEET, start their own there).
+pytestmark = pytest.mark.xdist_group("cluster")
 
 # Partition tags are spaced evenly over the slots (keys.partition_tag), so
 # three partitions put the frontier itself on each of the three masters.
@@ -271,6 +276,7 @@ def test_a_crawl_first_started_on_a_cluster_gets_a_partition_per_master(
 
 
 @pytest.mark.slow
+@FLEET
 def test_two_workers_crawl_on_a_three_master_cluster(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -309,6 +315,7 @@ def frontier_master(cluster: LocalCluster) -> int:
 
 
 @pytest.mark.slow
+@FLEET
 def test_crawl_completes_after_a_master_is_sigkilled(tmp_path: Path) -> None:
     """3 masters with a replica each, cluster-node-timeout 1 s: the master of
     the frontier is SIGKILLed once a quarter of the pages are fetched; its

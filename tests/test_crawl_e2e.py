@@ -18,6 +18,7 @@ from extensions.connection.embedded import RedisProcess
 from extensions.keys import FrontierKeys
 from extensions.utils.hosts import host_key, host_partition
 from sandbox.site import SiteSpec, crawl_delay_map
+from tests.support import FLEET
 from tests.support.fleet import start_worker, stop
 from tests.support.localcrawl import crawl_sandbox, sandbox_settings
 from tests.support.outcomes import assert_complete, in_flight, stored_urls
@@ -35,6 +36,7 @@ pytestmark = pytest.mark.slow
 SLACK_MS = 15.0
 
 
+@FLEET
 @pytest.mark.parametrize("partitions", [1, 4])
 def test_two_workers_fetch_every_allowed_page_once(
     redis_url: str, tmp_path: Path, partitions: int
@@ -81,6 +83,7 @@ def test_two_workers_fetch_every_allowed_page_once(
     ]
 
 
+@FLEET
 @pytest.mark.parametrize("partitions", [1, 4])
 def test_fleet_politeness(redis_url: str, tmp_path: Path, partitions: int) -> None:
     """Four workers, 100 hosts, 300 ms per host, three hosts with a robots
@@ -109,6 +112,7 @@ def test_fleet_politeness(redis_url: str, tmp_path: Path, partitions: int) -> No
     assert max(report.robots_fetches().values()) == 1
 
 
+@FLEET
 @pytest.mark.parametrize("partitions", [1, 4])
 def test_sigkilled_workers_lose_nothing(
     redis_url: str, tmp_path: Path, partitions: int

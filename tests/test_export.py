@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from extensions.connection.embedded import RedisProcess
     from pipelines.stores.base import StoredPage
 
-pytestmark = pytest.mark.slow
+# The module's crawl (a fixture) runs once: in one pytest-xdist process.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("export")]
 
 # Hostile corners that make the WARC interesting: ETag/Last-Modified headers,
 # duplicate pages (metadata records only), redirects (the response record is

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
     from extensions.connection.embedded import RedisProcess
 
+# The module's crawl (a fixture) runs once: in one pytest-xdist process.
+pytestmark = pytest.mark.xdist_group("robots")
+
 
 def robots(body: bytes, status: int = 200) -> Route:
     return reply(body, status, Content_Type="text/plain")

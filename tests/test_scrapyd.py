@@ -45,7 +45,8 @@ from tests.support.packaging import SHIPPED, clean_copy, dev_tool
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-pytestmark = pytest.mark.slow
+# The module's scrapyd (a fixture) starts once: in one pytest-xdist process.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("scrapyd")]
 
 SECRET = "s3cret-in-a-file"
 

@@ -21,6 +21,7 @@ import redis
 
 from extensions.keys import FrontierKeys
 from sandbox.site import SiteSpec
+from tests.support import FLEET
 from tests.support.localcrawl import crawl_sandbox
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
     from sandbox.process import SandboxProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, FLEET]
 
 CAP = 10
 BATCH = 5

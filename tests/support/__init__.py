@@ -13,3 +13,12 @@
 Not part of the application: the scrapyd egg holds ``webcrawl``,
 ``extensions`` and ``pipelines`` only.
 """
+
+import pytest
+
+# The CPU-heavy fleets: several workers and many fast requests, or a claim
+# that CPU starvation could break (a politeness gap, a stall, a lease
+# timeout). pytest-xdist's --dist loadgroup runs every test of one group in
+# one process, one at a time: these never share the cores with each other,
+# only with lighter tests. Mark a test (or a module: pytestmark) with it.
+FLEET = pytest.mark.xdist_group("fleet")
