@@ -46,10 +46,6 @@ if TYPE_CHECKING:
 
     from sandbox.process import SandboxProcess
 
-# The module's cluster (a fixture) starts once: in one pytest-xdist process
-# (the fleets' crawls, marked FLEET, start their own there).
-pytestmark = pytest.mark.xdist_group("cluster")
-
 # Partition tags are spaced evenly over the slots (keys.partition_tag), so
 # three partitions put the frontier itself on each of the three masters.
 PARTITIONS = 3

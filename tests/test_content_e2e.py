@@ -32,7 +32,12 @@ pytestmark = pytest.mark.slow
 
 def test_hostile_labels_and_non_html_files(tmp_path: Path, redis_url: str) -> None:
     spec = SiteSpec(seed=8, hosts=1, pages_per_host=2, features={"content"})
-    report = crawl_sandbox(spec, redis_url, tmp_path, workers=1, timeout=90)
+    # One host: 0.1 s apart, not the project's 1 s (politeness is not the
+    # claim here).
+    report = crawl_sandbox(
+        spec, redis_url, tmp_path, workers=1, timeout=90,
+        settings={"DOWNLOAD_DELAY": 0.1},
+    )  # fmt: skip
     assert report.exit_codes == [0], report.log_dir
     host = f"site-{spec.trap_host:03d}.sandbox.test"
 

@@ -207,10 +207,10 @@ def test_worker_without_seeds_says_so(
     proc = start_worker(worker_settings(settings), log)
     try:
         wait_for("the no-seeds log line", lambda: "No seeds" in log.read_text())
-        s = wait_for(
-            "the worker in scrapy status",
-            lambda: (s := status(settings))["workers"] and s,
-        )
+        # Polled in this process (a `scrapy status` costs a second of CPU),
+        # then asked of the command once.
+        wait_for("the worker in the status", lambda: peek(settings)["workers"])
+        s = status(settings)
         assert s["waiting_for_seeds"] is True
         assert s["workers"][0]["waiting_for_seeds"] is True
         assert s["workers"][0]["pid"] == proc.pid

@@ -37,7 +37,8 @@ def test_undecodable_responses_are_dead_lettered_unparseable(
         tmp_path,
         workers=1,
         timeout=90,
-        settings={"MAX_IDLE_TIME_BEFORE_CLOSE": 3},
+        # One host: 0.1 s apart, not the project's 1 s.
+        settings={"DOWNLOAD_DELAY": 0.1},
     )
     assert report.exit_codes == [0], report.log_dir
     host = f"site-{spec.trap_host:03d}.sandbox.test"
