@@ -14,7 +14,6 @@ import pytest
 
 from bench import run
 from bench.crawlers import Crawler, expected_requests, host_delays, politeness_bound
-from tests.support import FLEET
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -39,7 +38,6 @@ def test_full_sizes_mean_something() -> None:
 
 
 @pytest.mark.slow
-@FLEET
 def test_quick_run_prints_tables(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

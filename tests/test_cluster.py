@@ -32,7 +32,6 @@ from extensions.core.seeds import SeedList
 from extensions.keys import FrontierKeys, seed_takers, start_urls
 from extensions.utils.hosts import host_partition
 from sandbox.site import SiteSpec
-from tests.support import FLEET
 from tests.support.cluster import LocalCluster
 from tests.support.localcrawl import crawl_sandbox
 from tests.support.outcomes import assert_complete
@@ -272,7 +271,6 @@ def test_a_crawl_first_started_on_a_cluster_gets_a_partition_per_master(
 
 
 @pytest.mark.slow
-@FLEET
 def test_two_workers_crawl_on_a_three_master_cluster(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -311,7 +309,6 @@ def frontier_master(cluster: LocalCluster) -> int:
 
 
 @pytest.mark.slow
-@FLEET
 def test_crawl_completes_after_a_master_is_sigkilled(tmp_path: Path) -> None:
     """3 masters with a replica each, cluster-node-timeout 1 s: the master of
     the frontier is SIGKILLed once a quarter of the pages are fetched; its

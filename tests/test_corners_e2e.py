@@ -53,7 +53,6 @@ from sandbox.hostile import (
     UNRESOLVABLE_HOSTS,
 )
 from sandbox.site import HTML, Request, Site, SiteSpec, iter_links
-from tests.support import FLEET
 from tests.support.localcrawl import FAILURE_SETTINGS, crawl_sandbox
 from tests.support.outcomes import dead_letters, stored_urls, waiting_urls
 
@@ -62,7 +61,7 @@ if TYPE_CHECKING:
 
     from sandbox.process import SandboxProcess
 
-pytestmark = [pytest.mark.slow, FLEET]
+pytestmark = pytest.mark.slow
 
 KEYS = FrontierKeys("web")
 CORNERS = frozenset({"failures", "ssrf", "bomb", "calendar", "traps"})

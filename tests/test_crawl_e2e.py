@@ -22,6 +22,7 @@ from tests.support import FLEET
 from tests.support.fleet import start_worker, stop
 from tests.support.localcrawl import crawl_sandbox, sandbox_settings
 from tests.support.outcomes import assert_complete, in_flight, stored_urls
+from tests.support.polling import wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -36,7 +37,6 @@ pytestmark = pytest.mark.slow
 SLACK_MS = 15.0
 
 
-@FLEET
 @pytest.mark.parametrize("partitions", [1, 4])
 def test_two_workers_fetch_every_allowed_page_once(
     redis_url: str, tmp_path: Path, partitions: int
@@ -125,6 +125,8 @@ def test_sigkilled_workers_lose_nothing(
 
     def chaos(procs: list[Any], web: SandboxProcess) -> None:
         rng = random.Random(5)
+        # The kills come mid-crawl, however slowly a loaded machine starts.
+        wait_until(lambda: len(web.records()) >= 20, timeout=60)
         for n in range(3):
             time.sleep(rng.uniform(1.0, 3.0))
             victim = rng.randrange(len(procs))

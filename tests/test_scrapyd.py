@@ -385,6 +385,7 @@ def test_the_readmes_scrapyd_steps_run_as_written(
         CRAWL_REDIS_URL=redis_url,
         JOB_SETTINGS=" ".join([
             f"WEBCRAWL_HOME={home}", "MAX_IDLE_TIME_BEFORE_CLOSE=2",
+            "PIPELINE_FLUSH_INTERVAL=0.5",
             "DOWNLOAD_DELAY=0.05", f"TWISTED_DNS_RESOLVER={SANDBOX_RESOLVER}",
             "ALLOW_PRIVATE_ADDRESSES=True", "WEB_ALLOWED_DOMAINS=sandbox.test",
         ]),

@@ -23,13 +23,14 @@ from extensions.keys import FrontierKeys
 from sandbox.site import SiteSpec
 from tests.support import FLEET
 from tests.support.localcrawl import crawl_sandbox
+from tests.support.polling import wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from sandbox.process import SandboxProcess
 
-pytestmark = [pytest.mark.slow, FLEET]
+pytestmark = pytest.mark.slow
 
 CAP = 10
 BATCH = 5
@@ -137,6 +138,7 @@ def test_queues_grow_ten_times_past_the_cap_while_redis_stays_flat(
     assert spilled_by_host(tmp_path) == {}
 
 
+@FLEET
 @pytest.mark.parametrize("partitions", [1, 3])
 def test_sigkilled_workers_lose_nothing_while_spilling(
     redis_url: str, tmp_path: Path, partitions: int
@@ -166,6 +168,9 @@ def test_sigkilled_workers_lose_nothing_while_spilling(
 
     def chaos(procs: list[Any], _web: SandboxProcess) -> None:
         rng = random.Random(3)
+        # The kills come while hosts spill, however slowly a loaded machine
+        # starts.
+        wait_until(lambda: sum(spilled_by_host(tmp_path).values()) > 0, timeout=60)
         for n in range(3):
             time.sleep(rng.uniform(2.0, 4.0))
             victim = rng.randrange(len(procs))

@@ -16,9 +16,11 @@ Not part of the application: the scrapyd egg holds ``webcrawl``,
 
 import pytest
 
-# The CPU-heavy fleets: several workers and many fast requests, or a claim
-# that CPU starvation could break (a politeness gap, a stall, a lease
-# timeout). pytest-xdist's --dist loadgroup runs every test of one group in
-# one process, one at a time: these never share the cores with each other,
-# only with lighter tests. Mark a test (or a module: pytestmark) with it.
+# The CPU-heavy fleets whose claim CPU starvation could break: several
+# workers and many fast requests, judged on a politeness gap, a stall of the
+# reactor or a lease timeout of a few seconds. pytest-xdist's --dist
+# loadgroup runs every test of one group in one process, one at a time:
+# these never share the cores with each other, only with lighter tests (and
+# heavy ones whose claims do not depend on timing: the bench smoke test, the
+# spill's growth, the other crawls). Mark a test (or a module: pytestmark).
 FLEET = pytest.mark.xdist_group("fleet")
