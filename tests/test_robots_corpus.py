@@ -134,6 +134,7 @@ def corpus() -> list[Path]:
 SHARDS = 4
 
 
+@pytest.mark.slow  # 20 s of CPU: not for make test-fast
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_decisions_match_protego_on_its_corpus(
     redis_url: str, corpus: list[Path], shard: int
