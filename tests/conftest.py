@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 import redis
-from _pytest.nodeid import NodeId
 
 from extensions.connection.embedded import RedisProcess
 
@@ -94,6 +93,8 @@ def pytest_collection_modifyitems(
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if not getattr(config.option, "loadgroup", False):  # xdist processes only
         return
+    from _pytest.nodeid import NodeId  # pytest 9.2's structured node id
+
     for item in items:
         groups = sorted(
             str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
@@ -104,7 +105,7 @@ def pytest_collection_modifyitems(
         suffix = "@" + "_".join(dict.fromkeys(groups))
         if item.nodeid.endswith(suffix):
             continue
-        item._id = NodeId.parse(item.nodeid.removesuffix(suffix) + suffix)  # type: ignore[attr-defined]
+        item._id = NodeId.parse(item.nodeid + suffix)
         if not item.nodeid.endswith(suffix):
             raise pytest.UsageError(
                 f"cannot name the xdist group of {item.nodeid}: --dist loadgroup "
