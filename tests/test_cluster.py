@@ -1,9 +1,11 @@
 """Redis Cluster: detection, cluster-safe commands, and real crawls on a real
-3-master cluster on loopback (:class:`tests.support.cluster.LocalCluster`), one with a
-master SIGKILLed mid-crawl.
+3-master cluster on loopback (:class:`tests.support.cluster.LocalCluster`),
+one with a master SIGKILLed mid-crawl.
 
-Every node is killed when a test ends, passed or failed (the fixture's
-``finally``); the crawls are small and bounded (the machine is shared).
+The module shares one cluster (emptied before each test); every node is
+killed when the module's tests end, passed or failed (the fixture's
+``finally``), and the SIGKILL test's own cluster when it ends. The crawls
+are small and bounded (the machine is shared).
 """
 
 from __future__ import annotations
