@@ -134,10 +134,8 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_no_test_module_imports_another() -> None:
-    """What tests share lives in tests/support/ (or tests/utils.py): a test
-    module imported by another ties the two together, and its module-level
-    code runs twice (pytest's importlib mode imports it apart). And the
-    fleet harness left demo/."""
+    """What tests share lives in tests/support/ (or tests/utils.py), never
+    in a test module; and the fleet harness left demo/."""
     users = [*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]
     users += (ROOT / "demo").rglob("*.py")
     offenders = {
