@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("scrapyd")]
 
 SECRET = "s3cret-in-a-file"
+# Seconds an HTTP call to scrapyd may take (it was 10: too few for
+# listspiders.json while the tests load both cores).
+HTTP_TIMEOUT = 60
 
 
 class Scrapyd:
@@ -115,7 +118,9 @@ class Scrapyd:
 
     def get(self, path: str, **params: str) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        with urllib.request.urlopen(self.url + path + query, timeout=10) as r:
+        # listspiders.json and schedule.json answer once a `scrapy list` or
+        # the job's process has started: seconds, on a loaded machine more.
+        with urllib.request.urlopen(self.url + path + query, timeout=HTTP_TIMEOUT) as r:
             return json.loads(r.read())
 
     def schedule(self, settings: dict[str, object]) -> str:
@@ -124,7 +129,9 @@ class Scrapyd:
         form = [("project", "webcrawl"), ("spider", "web")]
         form += [("setting", f"{name}={value}") for name, value in settings.items()]
         data = urllib.parse.urlencode(form).encode()
-        with urllib.request.urlopen(self.url + "schedule.json", data, timeout=10) as r:
+        with urllib.request.urlopen(
+            self.url + "schedule.json", data, timeout=HTTP_TIMEOUT
+        ) as r:
             answer = json.loads(r.read())
         assert answer["status"] == "ok", answer
         return str(answer["jobid"])
