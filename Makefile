@@ -30,7 +30,12 @@ demo: $(STAMP)
 # otherwise compile the project, and pytest rewrite every test module, again.
 # --durations=20 names the slowest tests.
 TEST_WORKERS ?= 4
-PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+PYTEST_ONE := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider
+PYTEST := $(PYTEST_ONE) -n $(TEST_WORKERS) --dist loadgroup
+# One collection first writes the bytecode (and pytest's rewritten test
+# modules) that the xdist processes then read, instead of each compiling it
+# all at once on a fresh clone; its errors, if any, the real run reports.
+WARM_UP := -$(PYTEST_ONE) --collect-only > /dev/null
 
 # The live status page test drives Debian's headless Chromium.
 test: $(STAMP)
@@ -38,10 +43,12 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(WARM_UP)
 	$(PYTEST) --durations=20
 
 # The inner loop: the unit tests only (no crawls, no subprocess fleets).
 test-fast: $(STAMP)
+	$(WARM_UP)
 	$(PYTEST) -m "not slow"
 
 lint: $(STAMP)
