@@ -19,6 +19,7 @@ package index can be reached.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import importlib.metadata
 import os
 import re
@@ -62,6 +63,17 @@ def protego_corpus() -> Path:
     if data.is_dir():
         return data
     CACHE.mkdir(parents=True, exist_ok=True)
+    # One download for all the pytest-xdist processes: the others wait on
+    # the lock, then find the corpus in place.
+    with (CACHE / "protego.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not data.is_dir():
+            download_corpus(version, root)
+    return data
+
+
+def download_corpus(version: str, root: Path) -> None:
+    """``pip download`` Protego's sdist and put its corpus at ``root``."""
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps",
@@ -80,13 +92,7 @@ def protego_corpus() -> Path:
             members = [m for m in tar.getmembers() if "/tests/test_data/" in m.name]
             tar.extractall(tmp, members=members, filter="data")
         # Move into place whole: an interrupted fetch leaves no half corpus.
-        # Another pytest-xdist process may have put its copy there first.
-        try:
-            os.replace(Path(tmp) / f"protego-{version}", root)
-        except OSError:
-            if not data.is_dir():
-                raise
-    return data
+        os.replace(Path(tmp) / f"protego-{version}", root)
 
 
 def sample_paths(body: bytes) -> list[str]:
