@@ -35,7 +35,7 @@ from extensions.settings import config
 from extensions.signals import items_stored
 from extensions.utils.hosts import host_partition
 from pipelines.items import PageItem
-from tests.test_scheduler import make_crawler, opened
+from tests.support.scheduler import make_crawler, opened
 from tests.utils import get_crawler, run_redis
 from webcrawl.addon import install_defaults
 from webcrawl.operate import gather_status, reset, set_paused
@@ -541,7 +541,7 @@ def test_the_spill_caps_and_refills_each_partitions_hosts(
     priority then arrival order per host; their spill counters and refill
     SET live in their own partition's tag (the autouse guard checks every
     commit, refill and confirm script names one slot)."""
-    from tests.test_scheduler import drain
+    from tests.support.scheduler import drain
 
     parts, hosts = 3, []
     for p in range(parts):
