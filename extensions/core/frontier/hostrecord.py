@@ -16,13 +16,16 @@ import logging
 import random
 from typing import TYPE_CHECKING
 
-from extensions.connection.scripts import script
+from extensions.connection.scripts import run_pipelined, script
 from extensions.core.frontier.lua import (
     FAIL_LUA,
+    IP_BUSY_LUA,
     PARK_LUA,
     RAISE_BACKOFF_LUA,
     SET_DELAY_LUA,
+    SET_IP_LUA,
     SUCCESS_LUA,
+    THROTTLE_LUA,
 )
 from extensions.keys import FrontierKeys
 from extensions.utils.hosts import host_partition
@@ -50,7 +53,7 @@ class HostRecords:
         return FrontierKeys(self.prefix, partition, self.partitions).host(hostkey)
 
     async def set_delay(self, hostkey: str, delay_ms: int | None) -> None:
-        """Set the host's minimum delay (None: remove it, the default applies)."""
+        """Set the host's robots.txt delay (None: remove it)."""
         await script(self.client, SET_DELAY_LUA)(
             keys=[self.record(hostkey)],
             args=["" if delay_ms is None else int(delay_ms)],
@@ -105,3 +108,51 @@ class HostRecords:
             keys=[self.record(hostkey)], args=[]
         )
         return int(res)
+
+    async def throttle(
+        self,
+        hostkey: str,
+        *,
+        latency_ms: int,
+        target_concurrency: float,
+        min_ms: int,
+        max_ms: int,
+        start_ms: int,
+        ok: bool,
+    ) -> tuple[int, int]:
+        """Fold one response's latency into the host's AutoThrottle delay:
+        ``(throttle ms before, after)``."""
+        res = await script(self.client, THROTTLE_LUA)(
+            keys=[self.record(hostkey)],
+            args=[
+                int(latency_ms),
+                repr(float(target_concurrency)),
+                int(min_ms),
+                int(max_ms),
+                int(start_ms),
+                int(ok),
+            ],
+        )
+        return int(res[0]), int(res[1])
+
+    async def set_ip(self, hostkey: str, ip: str) -> bool:
+        """Record the address the host's name resolves to (the lease
+        script's IP schedule reads it); True if it changed."""
+        res = await script(self.client, SET_IP_LUA)(
+            keys=[self.record(hostkey)], args=[ip]
+        )
+        return bool(res)
+
+    async def ip_busy(self, ip: str, for_ms: int) -> None:
+        """Mark an address busy for ``for_ms`` from now in every partition's
+        IP schedule (one pipelined round trip), so no partition's lease
+        script hands out a host of it before then."""
+        run = script(self.client, IP_BUSY_LUA)
+        await run_pipelined(
+            self.client,
+            [
+                (run, [FrontierKeys(self.prefix, i, self.partitions).ip_schedule],
+                 [ip, int(for_ms)])
+                for i in range(self.partitions)
+            ],
+        )  # fmt: skip
