@@ -28,7 +28,7 @@ from extensions.core.frontier.lua import (
     THROTTLE_LUA,
 )
 from extensions.keys import FrontierKeys
-from extensions.utils.hosts import host_partition
+from extensions.utils.hosts import host_partition, hostname_of
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -156,3 +156,25 @@ class HostRecords:
                 for i in range(self.partitions)
             ],
         )  # fmt: skip
+
+    async def of_name(self, name: str) -> dict[str, dict[str, str]]:
+        """The records of every host key of host name ``name`` (any scheme or
+        port; a SCAN of each partition), field -> value, by host key."""
+        pattern = "*://" + ("[" + name + "]" if ":" in name else name) + ":*"
+        pattern = pattern.replace("[", "\\[").replace("]", "\\]")
+        found: dict[str, dict[str, str]] = {}
+        for i in range(self.partitions):
+            prefix = FrontierKeys(self.prefix, i, self.partitions).host_prefix
+            async for key in self.client.scan_iter(match=prefix + pattern, count=1000):
+                text = key.decode() if isinstance(key, bytes) else key
+                hostkey = text[len(prefix) :]
+                if hostname_of(hostkey) != name:
+                    continue
+                raw = await self.client.hgetall(text)
+                found[hostkey] = {
+                    (k.decode() if isinstance(k, bytes) else k): (
+                        v.decode() if isinstance(v, bytes) else v
+                    )
+                    for k, v in raw.items()
+                }
+        return dict(sorted(found.items()))
