@@ -784,11 +784,22 @@ class PolitenessMiddleware:
     async def _cut(self, held: dict[str, Any]) -> None:
         elapsed_ms = round((monotonic() - held["at"]) * 1000)
         slot = self.slots.get(hostname_of(held["host"]), HostConf())
-        for lock in (Taken(**t) for t in held["locks"]):
-            ttl = await self.lock.cut(
-                lock, held["token"], default_ms=self.default_ms, slot=slot,
-                factor=held["factor"], elapsed_ms=elapsed_ms,
-            )  # fmt: skip
+        taken = [Taken(**t) for t in held["locks"]]
+        # All at once: a lock cut a round trip late is idle that long.
+        ttls = await asyncio.gather(
+            *(
+                self.lock.cut(
+                    lock,
+                    held["token"],
+                    default_ms=self.default_ms,
+                    slot=slot,
+                    factor=held["factor"],
+                    elapsed_ms=elapsed_ms,
+                )  # fmt: skip
+                for lock in taken
+            )
+        )
+        for lock, ttl in zip(taken, ttls, strict=True):
             if lock.kind == "ip" and ttl > 0:
                 self._background(self._mark_ip(held["host"], lock.id, ttl))
 
