@@ -143,12 +143,14 @@ return {1, held_wait(KEYS[1], delay), rec.fails, conc}
 # KEYS as HOST_SCRIPT. ARGV[1] token, ARGV[2] DOWNLOAD_DELAY ms, ARGV[3]
 # back-off quiet period ms, ARGV[4] the host name, ARGV[5] its DOWNLOAD_SLOTS
 # delay ms and ARGV[6] concurrency (-1: not set), ARGV[7] the AutoThrottle
-# start delay ms (-1: off), ARGV[8] the spacing factor, ARGV[9] ms since
-# the lock was taken, ARGV[10] '1' if the lock was held through the fetch.
+# start delay ms (-1: off), ARGV[8] the spacing factor, ARGV[9] ms from the
+# take to the answer, ARGV[10] '1' if the lock was held through the fetch,
+# ARGV[11] ms from the answer (its headers reaching the worker) to now.
 # Ends the token's in-flight entry; a lock held through the fetch now lasts
-# the host's spacing from now, read afresh (an operator's override, a
-# back-off raised meanwhile count at once), its AutoThrottle part counted
-# from the take (start to start): max(static spacing, throttle - ARGV[9]).
+# the host's spacing from the answer, read afresh (an operator's override,
+# a back-off raised meanwhile count at once), its AutoThrottle part counted
+# from the take (start to start): max(static spacing, throttle - ARGV[9]),
+# less ARGV[11] (at least 1 ms).
 # Returns the lock's TTL now (ms), -1 when the token does not hold it.
 CUT_SCRIPT = (
     LUA_RECORD
@@ -168,7 +170,7 @@ end
 local own = host_conf(KEYS[3], ARGV[4], arg(5), arg(6), tonumber(ARGV[2]))
 local ttl = math.max(static_spacing(rec, own, now, tonumber(ARGV[3])),
                      throttle_of(rec, tonumber(ARGV[7])) - tonumber(ARGV[9]))
-ttl = math.max(1, math.floor(ttl * tonumber(ARGV[8])))
+ttl = math.max(1, math.floor(ttl * tonumber(ARGV[8])) - tonumber(ARGV[11]))
 redis.call('PEXPIRE', KEYS[1], ttl)
 return ttl
 """
@@ -264,6 +266,8 @@ class Grant:
     ms: int
     fails: int
     taken: list[Taken]
+    # The (kind, id) of the lock found busy, when a domain's or an address's.
+    busy: tuple[str, str] | None = None
 
 
 class HostLock:
@@ -419,7 +423,7 @@ class HostLock:
             state, wait = await self.acquire_coarse(lock_id, token, spacing, hold_ms)
             if state != LockState.ACQUIRED:
                 await self.give_back(taken, token)
-                return Grant(state, wait, fails, [])
+                return Grant(state, wait, fails, [], (kind, lock_id))
             if wait:
                 taken.append(Taken(kind, lock_id, wait))
         return Grant(LockState.ACQUIRED, ms, fails, taken)
@@ -450,13 +454,17 @@ class HostLock:
         slot: HostConf | None = None,
         factor: float = 1.0,
         elapsed_ms: int = 0,
+        late_ms: int = 0,
     ) -> int:
-        """The download is over: the lock now lasts its spacing from now (a
+        """The download is over (answered ``late_ms`` ago, ``elapsed_ms``
+        after the take): the lock now lasts its spacing from the answer (a
         host's read afresh, see :data:`CUT_SCRIPT`); the TTL set, -1 when
         the token no longer holds it."""
+        late_ms = max(0, int(late_ms))
         if lock.kind != "host":
-            ok = await self.tokens.extend(self._key(lock.id), token, lock.spacing_ms)
-            return lock.spacing_ms if ok else -1
+            ttl = max(1, lock.spacing_ms - late_ms)
+            ok = await self.tokens.extend(self._key(lock.id), token, ttl)
+            return ttl if ok else -1
         res = await script(self.client, CUT_SCRIPT)(
             keys=self._host_keys(lock.id),
             args=[
@@ -469,6 +477,7 @@ class HostLock:
                 repr(float(factor)),
                 max(0, int(elapsed_ms)),
                 int(lock.through),
+                late_ms,
             ],
         )
         return int(res)
@@ -702,6 +711,12 @@ class PolitenessMiddleware:
                 return deferred_copy(request, reason)
             waits += 1
             stats.inc_value("politeness/lock_waits")
+            if grant.busy and grant.busy[0] == "ip":
+                # A request waits for this address: no partition should lease
+                # another of its hosts before this one has had its turn.
+                self._background(
+                    self._mark_ip(hostkey, grant.busy[1], ms + self.coarse_ms["ip"])
+                )
             await asyncio.sleep(ms / 1000)
         waited_ms = round((monotonic() - started) * 1000)
         if waits:
@@ -759,6 +774,7 @@ class PolitenessMiddleware:
         # middlewares (a busy worker would add its own lag to every interval).
         held = request.meta.get(meta.POLITENESS_LOCK)
         if held and held.get("locks") and not held.get("released"):
+            held.setdefault("answered", monotonic())
             self._background(self._fetched(request))
 
     async def _fetched(self, request: Request) -> None:
@@ -782,7 +798,12 @@ class PolitenessMiddleware:
             self._background(self._shorten_later(held))
 
     async def _cut(self, held: dict[str, Any]) -> None:
-        elapsed_ms = round((monotonic() - held["at"]) * 1000)
+        answered = held.setdefault("answered", monotonic())
+        # Spacing counts from when the answer reached this worker (the server
+        # had sent it before), not from when the script runs: a busy worker's
+        # lag would be added to every interval.
+        elapsed_ms = round((answered - held["at"]) * 1000)
+        late_ms = round((monotonic() - answered) * 1000)
         slot = self.slots.get(hostname_of(held["host"]), HostConf())
         taken = [Taken(**t) for t in held["locks"]]
         # All at once: a lock cut a round trip late is idle that long.
@@ -795,7 +816,8 @@ class PolitenessMiddleware:
                     slot=slot,
                     factor=held["factor"],
                     elapsed_ms=elapsed_ms,
-                )  # fmt: skip
+                    late_ms=late_ms,
+                )
                 for lock in taken
             )
         )

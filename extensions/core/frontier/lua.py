@@ -594,9 +594,12 @@ return {n, poisoned, reclaimed}
 # KEYS[9] overrides HASH, KEYS[10] IP schedule ZSET (ip -> busy until, ms)
 # Due entries of the delayed ZSET are moved into their queues first.
 # A host is leased at most once per spacing (host_conf, spacing); with an IP
-# schedule, not while its address (the record's ``ip``) is busy: the host
-# then waits in ``ready`` until the address is free, so another host is
-# leased instead, and each lease marks its address busy for the IP delay.
+# schedule, not while its address (the record's ``ip``) is busy for more
+# than half an IP delay: the host then waits in ``ready`` until then, so
+# another host is leased instead, and each lease marks its address busy for
+# the IP delay. (So a partition leases an address's hosts at most twice per
+# IP delay; a request that then waits for the address marks it busy until
+# after its own turn, in every partition: see the download lock.)
 # Returns {reclaimed, ms until the next host or delayed retry is ready
 #          (-1: none queued),
 #          hosts ready, leases outstanding, entries poisoned, paused (0/1),
@@ -615,6 +618,7 @@ local quiet = tonumber(ARGV[8])
 local refill_below = tonumber(ARGV[9] or '0') or 0
 local start = tonumber(ARGV[10] or '-1') or -1
 local ip_ms = tonumber(ARGV[11] or '0') or 0
+local lead = math.floor(ip_ms / 2)
 local slots = {}
 if ARGV[12] and ARGV[12] ~= '' then slots = cjson.decode(ARGV[12]) end
 local conf, ipsched = KEYS[9], KEYS[10]
@@ -645,7 +649,9 @@ while #out < count * 2 and guard > 0 do
   local hkey = hprefix .. host
   local rec = host_record(hkey, on_key)
   local ip = ip_ms > 0 and redis.call('HGET', hkey, 'ip')
-  local ip_free = ip and ip_free_at(ipsched, ip) or 0
+  -- Half an IP delay early: the request reaches its worker's lock as the
+  -- address frees, rather than a lease round and a download pipeline late.
+  local ip_free = ip and ip_free_at(ipsched, ip) - lead or 0
   if rec.park > now then
     redis.call('ZADD', ready, rec.park, host)
   elseif ip_free > now then
