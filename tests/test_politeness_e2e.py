@@ -123,7 +123,7 @@ def test_host_and_ip_politeness_on_three_partitions(
     bound = max(politeness_bound(per_host, hosts), politeness_bound(per_ip, ips))
     assert bound >= 19  # the shared addresses: 20+ requests each, 1 s apart
     share = bound / report.fetch_seconds()
-    print(f"bound {bound:.1f} s, fetched in {report.fetch_seconds():.1f} s: {share:.3f}")
+    print(f"bound {bound:.1f} s, fetched in {report.fetch_seconds():.1f}: {share:.3f}")
     assert share >= 0.95, (bound, report.fetch_seconds())
 
 

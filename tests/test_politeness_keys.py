@@ -379,12 +379,13 @@ def test_the_lease_script_passes_over_a_host_whose_address_is_busy(
 ) -> None:
     """No head-of-line blocking: hosts a and b share an address that is busy
     (another host of it is being fetched), c has its own: c is leased, a and
-    b wait in `ready` until the address is free. Then one of a and b is
-    leased, and its lease marks the address busy for the IP delay, so the
-    other waits again (it would only wait at the IP lock in a worker)."""
+    b wait in `ready` until half an IP delay before the address frees. Then
+    one of a and b is leased, and its lease marks the address busy for the
+    IP delay, so the other waits again (it would only wait at the IP lock in
+    a worker), while c, whose address is free enough, is leased again."""
 
     async def body(client: aredis.Redis) -> None:
-        worker = Worker("w", 60_000, 100, ip_delay_ms=400)
+        worker = Worker("w", 60_000, 100, ip_delay_ms=2_000)
         frontier = Frontier(client, "web", worker)
         records = HostRecords(client, "web")
         for host, ip in ((A, IP), (B, IP), (C, "10.0.0.8")):
@@ -396,14 +397,19 @@ def test_the_lease_script_passes_over_a_host_whose_address_is_busy(
                 for n in range(3)
             ]
         )
-        await records.ip_busy(IP, 300)
+        await records.ip_busy(IP, 3_000)
         first = await frontier.lease(10)
         assert urls(first.leases) == ["http://c.test/0"]
-        assert first.wait_ms <= 100  # c's own spacing; a and b wait for 300 ms
-        await asyncio.sleep(0.32)  # the address is free (c's is busy again)
-        second = await frontier.lease(10)
-        got = urls(second.leases)
-        assert got in (["http://a.test/0"], ["http://b.test/0"]), got
+        assert first.wait_ms <= 100  # c's own spacing
+        await asyncio.sleep(0.15)
+        # c: its address busy (its own lease) for 2 s, less the 1 s lead.
+        assert (await frontier.lease(10)).leases == []
+        await asyncio.sleep(2.0)  # a and b's address: 3 s, less the lead
+        got = sorted(urls((await frontier.lease(10)).leases))
+        assert got in (
+            ["http://a.test/0", "http://c.test/1"],
+            ["http://b.test/0", "http://c.test/1"],
+        ), got
 
     run_redis(redis_url, body)
 
