@@ -510,8 +510,9 @@ class PolitenessMiddleware:
     coroutine per lock and worker competes at a time, the others queue
     locally. A host parked (or spaced) beyond ``POLITENESS_MAX_WAIT`` goes
     back to the scheduler, where the frontier keeps it until the park ends.
-    With ``ip``, each lock taken or cut marks the address busy in every
-    partition's IP schedule, which the frontier's lease script reads.
+    With ``ip``, a cut of an address's lock, and a request that waits for
+    one, mark the address busy in every partition's IP schedule, which the
+    frontier's lease script reads.
 
     The locks enforce ``DOWNLOAD_DELAY`` (and ``DOWNLOAD_SLOTS``' delays), so
     the per-process slot delay of Scrapy's downloader is set to 0 for locked
@@ -675,6 +676,7 @@ class PolitenessMiddleware:
         token = new_token()
         started = monotonic()
         waits = 0
+        marked_until = 0.0  # this request marked its address busy until then
         slot, factor = self._conf(hostkey)
         coarse = [(k, i, self.coarse_ms[k]) for k, i in ids if k != "host"]
         while True:
@@ -711,12 +713,13 @@ class PolitenessMiddleware:
                 return deferred_copy(request, reason)
             waits += 1
             stats.inc_value("politeness/lock_waits")
-            if grant.busy and grant.busy[0] == "ip":
+            if grant.busy and grant.busy[0] == "ip" and monotonic() >= marked_until:
                 # A request waits for this address: no partition should lease
-                # another of its hosts before this one has had its turn.
-                self._background(
-                    self._mark_ip(hostkey, grant.busy[1], ms + self.coarse_ms["ip"])
-                )
+                # another of its hosts before this one has had its turn (once
+                # per turn it waits for, not at each poll).
+                busy_ms = ms + self.coarse_ms["ip"]
+                marked_until = monotonic() + busy_ms / 1000
+                self._background(self._mark_ip(hostkey, grant.busy[1], busy_ms))
             await asyncio.sleep(ms / 1000)
         waited_ms = round((monotonic() - started) * 1000)
         if waits:
@@ -733,9 +736,6 @@ class PolitenessMiddleware:
             "locks": [asdict(t) for t in grant.taken],
             "at": monotonic(),
         }
-        for lock in grant.taken:
-            if lock.kind == "ip":
-                self._background(self._mark_ip(hostkey, lock.id, lock.spacing_ms))
         if grant.taken:
             self._renewers[token] = asyncio.ensure_future(
                 self._renew(grant.taken, token)

@@ -192,7 +192,8 @@ end
 # host whose address another host is using (the record's ``ip`` field says a
 # host's address). Written by the lease script (a lease marks its host's
 # address busy for the IP delay) and by the download lock (``IP_BUSY_LUA``:
-# when it takes, and cuts, an address's lock, in every partition). A hint for
+# when it cuts an address's lock, and when a request waits for one, in every
+# partition). A hint for
 # the schedule only: the IP's download lock is the guarantee. Entries in the
 # past are dropped at each write, so the ZSET holds the addresses busy now.
 LUA_IP_SCHEDULE = """
