@@ -114,8 +114,9 @@ def test_host_and_ip_politeness_on_three_partitions(
     hosts = {spec.host_name(i): delay for i in range(spec.hosts)}
     by_ip = [{"host": r["ip"], "t_ms": r["t_ms"]} for r in records]
     ips = dict.fromkeys({r["ip"] for r in records}, ip_delay)
-    assert violations(records, hosts) == 0
-    assert violations(by_ip, ips) == 0
+    per_kind = {"host": violations(records, hosts), "ip": violations(by_ip, ips)}
+    print(f"violations {per_kind}")
+    assert per_kind == {"host": 0, "ip": 0}
     per_host = expected_requests(spec, report.port)
     per_ip: dict[str, int] = defaultdict(int)
     for host, n in per_host.items():
@@ -157,6 +158,7 @@ def test_autothrottle_spaces_a_slow_host_for_the_whole_fleet(
     assert len(starts) >= 12
     gaps = [(b - a) / 1000 for a, b in itertools.pairwise(starts)]
     target = slow / 0.5
+    print(f"AutoThrottle gaps (s): {[round(g, 3) for g in gaps]}, target {target}")
     # The slow phase, once the first slow answer is known (the throttle
     # learns from each response): within 20 % of latency / target.
     assert all(0.8 * target <= g <= 1.2 * target for g in gaps[1:5]), gaps
@@ -172,7 +174,10 @@ def test_a_live_host_delay_takes_effect_fleet_wide(
     record, marked by the test), its requests are at least 5 s apart; the
     override is listed by ``scrapy status`` and ``scrapy hosts show``, and
     ``scrapy hosts reset`` gives the host its DOWNLOAD_DELAY back."""
-    spec = SiteSpec(seed=3, hosts=2, pages_per_host=16)
+    # Enough pages that the host is still being crawled after the reset even
+    # when a loaded machine takes seconds to start the operator's command
+    # (at 0.3 s a page, 16 pages could be gone before `hosts set` returned).
+    spec = SiteSpec(seed=3, hosts=2, pages_per_host=48)
     host = spec.host_name(0)
     seen: dict[str, str] = {}
 
@@ -204,6 +209,7 @@ def test_a_live_host_delay_takes_effect_fleet_wide(
     starts = sorted(r["t_ms"] for r in report.page_records if r["host"] == host)
     during = [t for t in starts if marks["/set"] <= t <= marks["/reset"]]
     gaps = [b - a for a, b in itertools.pairwise(during)]
+    print(f"gaps after hosts set --delay 5 (ms): {gaps}")
     assert len(gaps) >= 2 and min(gaps) >= 5_000 - SLACK_MS, gaps
     assert seen["set"].strip() == f"{host}  delay 5 s"
     assert f"  {host}  delay 5 s" in seen["status"]
