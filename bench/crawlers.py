@@ -51,9 +51,9 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from demo.fleet import push_seeds, worker_command, worker_env
 from extensions.connection.embedded import RedisProcess
 from sandbox.process import SandboxProcess
+from tests.support.fleet import push_seeds, worker_command, worker_env
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping

@@ -1,10 +1,11 @@
 """Freshness and age of a continuous crawl: the revisit policies at one budget.
 
 ``python -m bench.freshness [--web measured|classes] [--interval U ...]
-[--budget B ...] [--pages N] [--seed S] [--memory N] [--ceilings]``
+[--budget B ...] [--pages N] [--seed S] [--memory N] [--hand-set]
+[--ceilings] [--frontier]``
 
-A simulation, driven by the real policy functions of
-:mod:`extensions.extensions.recrawl`
+A simulation, driven by the real policy code of :mod:`extensions.extensions.recrawl`
+and :mod:`extensions.utils.freshness`
 (:func:`~extensions.extensions.recrawl.uniform_interval`,
 :func:`~extensions.extensions.recrawl.adaptive_interval` and
 :func:`~extensions.extensions.recrawl.budgeted_interval`, the default) over the
@@ -24,19 +25,28 @@ constrains a policy: a fetch budget. One fetcher serves ``B`` fetches per
 time unit in order of due time (a page due while the fetcher is busy waits);
 each fetch sees the page's version at that moment, tells the policy whether
 it changed (a 304 when not) with the page's change history, and the policy
-sets the next visit. Real crawls of the sandbox run in seconds per change
-(``tests/test_recrawl_e2e.py``); the simulation covers 40 rounds of
+sets the next visit. The default policy runs as the recrawl extension runs
+it (:class:`FleetPlanner`: the stored item, :func:`~extensions.extensions.recrawl.
+next_visit` with pooled priors, the figures the schedule script keeps, the
+price solved from them every window bucket): its price is measured from the
+fetcher, and each fetch also carries ``Last-Modified`` (the time of the
+page's last change, as the sandbox serves it; "default no LM" without). Real
+crawls of the sandbox run in seconds per change (``tests/test_recrawl_e2e.py``,
+``tests/test_freshness_e2e.py``); the simulation covers 40 rounds of
 revisits in seconds of CPU, which a real crawl could only do in months.
 
 Every policy gets the same budget: uniform revisits every page every
-``U = pages / budget`` (exactly the budget); adaptive and budgeted have
-bounds ``[U / 8, 8 U]`` and a setting scaled the way an operator sets it for
-the fleet's capacity (adaptive: its bounds, budgeted: its give-up interval),
-the best scale reported; the fetcher is the bound, so none spends more.
-"optimal" is Cho and Garcia-Molina's allocation for the *true* rates (no
-crawler knows them), without bounds: the ceiling of any policy; its age is
-large because it never revisits the pages it gives up. ``--ceilings``
-prints that ceiling in closed form for three web models and five budgets.
+``U = pages / budget`` (exactly the budget); adaptive and the default have
+bounds ``[U / 8, 8 U]``; adaptive's are scaled the way an operator would set
+them for the fleet's capacity, the best scale reported (``--hand-set`` does
+the same with the default policy's price, fixed); the fetcher is the bound,
+so none spends more. "optimal" is Cho and Garcia-Molina's allocation for the
+*true* rates (no crawler knows them), without bounds: the ceiling of any
+policy's freshness; its age is large because it never revisits the pages it
+gives up. ``--ceilings`` prints that ceiling in closed form for three web
+models and five budgets, ``--frontier`` the closed-form freshness/age
+frontier of the measured web (what pairs of gain and age any policy can
+reach).
 
 Measured over the second half of the run (after the intervals settled),
 time-averaged over pages:
@@ -55,20 +65,33 @@ import heapq
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, replace
+from email.utils import formatdate
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Protocol
 
 from extensions.extensions.recrawl import (
-    Bounds,
-    History,
+    START_PRICE_SHARE,
+    WINDOW_BUCKETS,
+    Record,
     Visit,
     adaptive_interval,
     budgeted_interval,
-    optimal_interval,
+    next_visit,
     uniform_interval,
+    window_seconds,
+)
+from extensions.utils.freshness import (
+    Bounds,
+    Demand,
+    History,
+    Priors,
+    optimal_interval,
+    reprice,
+    window_of,
 )
 from sandbox.changes import ChangeModel
-from sandbox.site import SiteSpec
+from sandbox.site import SiteSpec, host_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -82,14 +105,25 @@ PERIOD = 1.0
 ROUNDS = 40
 # Policies' bounds around the uniform interval: [u / SPREAD, u * SPREAD].
 SPREAD = 8.0
-# Scales tried for each policy's setting (adaptive: its bounds; budgeted:
-# RECRAWL_GIVE_UP_INTERVAL as a share of the uniform interval), the way an
-# operator sets them for the fleet's capacity; the best that stays within
-# the budget is reported.
+# Scales tried for a policy's setting (adaptive: its bounds; the default
+# policy at a hand-set price: the price as a share of the uniform interval),
+# the way an operator would set them for the fleet's capacity; the best that
+# stays within the budget is reported.
 ADAPTIVE_SCALES = (0.12, 0.18, 0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
+PRICE_SCALES = (0.07, 0.1, 0.14)
+# Seconds per time unit of the simulation (the measured profile's day): the
+# default policy runs on HTTP dates and Redis-like milliseconds.
+UNIT_S = 86400.0
+# The simulated clock's epoch, and the Last-Modified of a page that has not
+# changed since the start (long before, as the sandbox's 2024 dates).
+EPOCH = 1_800_000_000.0
+OLD = EPOCH - 2 * 365 * UNIT_S
 # Uniform intervals (units) of the closed-form ceiling table (--ceilings).
 CEILING_INTERVALS = (1.0, 7.0, 30.0, 90.0, 365.0)
-GIVE_UP_SCALES = (0.02, 0.03, 0.05, 0.07, 0.1, 0.14, 0.2, 0.3)
+# Age weights of the closed-form frontier (--frontier): 0 is the freshness
+# optimum, 100 close to the age optimum; AGE_WEIGHT (0.004) is the default
+# policy's.
+FRONTIER_WEIGHTS = (0.0, 0.001, 0.004, 0.01, 0.05, 1.0, 100.0)
 
 
 @dataclass
@@ -111,6 +145,14 @@ class Web:
     times: list[list[float]]
     uniform: float  # the interval that spends the budget exactly
     horizon: float
+
+
+def gain_share(result: Result, uniform: Result, optimal: Result) -> float:
+    """The share of the optimum's freshness gain over uniform a policy
+    captures (the issue's measure)."""
+    return (result.freshness - uniform.freshness) / (
+        optimal.freshness - uniform.freshness
+    )
 
 
 def build_web(
@@ -136,29 +178,63 @@ def ceilings(pages: int, seed: int) -> list[tuple[str, float, float, float]]:
     for profile in ("classes", "measured", "loguniform"):
         for u in CEILING_INTERVALS:
             web = build_web(pages, pages / u, seed, profile, changes=False)
-            uniform = expected_freshness(web, [web.uniform] * len(web.rates))
-            optimal = expected_freshness(web, oracle_intervals(web, pages / u))
+            uniform = closed_freshness(web, [web.uniform] * len(web.rates))
+            optimal = closed_freshness(web, oracle_intervals(web, pages / u))
             out.append((profile, u, uniform, optimal))
     return out
 
 
-def policy_runner(
-    policy: Callable[[Visit, Bounds], float], bounds: Bounds
-) -> Callable[[int, Visit], float]:
-    return lambda j, visit: bounds.clamp(float(policy(visit, bounds)))
+def closed_age(web: Web, intervals: list[float]) -> float:
+    """Cho and Garcia-Molina's closed form of age: a page changing ``l``
+    times per unit revisited every ``I`` is on average ``I / 2 - 1 / l + (1
+    - e^-lI) / (l^2 I)`` out of date (infinite for a changing page never
+    revisited)."""
+    total = 0.0
+    for rate, interval in zip(web.rates, intervals, strict=True):
+        if rate == 0:
+            continue
+        if math.isinf(interval):
+            return math.inf
+        x = rate * interval
+        total += interval / 2 - 1 / rate - math.expm1(-x) / (rate * x)
+    return total / len(web.rates)
 
 
-def oracle_intervals(web: Web, budget: float) -> list[float]:
-    """Cho and Garcia-Molina's optimal revisit intervals for the true change
-    rates (what no crawler knows), no bounds: :func:`optimal_interval` with
-    the price (Lagrange multiplier) that spends the budget exactly, found by
-    bisection; static pages and pages beyond the price are never revisited
-    (``inf``)."""
+def frontier(
+    pages: int, seed: int, intervals: tuple[float, ...] = (7.0, 30.0)
+) -> list[tuple[float, float, float, float, float, float]]:
+    """(uniform interval, age weight, freshness, share of the optimum's gain
+    over uniform, age, age over uniform's) in closed form, for the *true*
+    rates of the measured web, no bounds: the allocation that maximises
+    freshness minus ``weight / price`` x age for the budget
+    (:func:`~extensions.utils.freshness.optimal_interval`), from Cho and
+    Garcia-Molina's freshness optimum (weight 0) to the age optimum (a large
+    weight). No policy does better than this frontier with the same
+    budget: it says which pairs of (freshness gain, age) are reachable."""
+    out = []
+    for u in intervals:
+        budget = pages / u
+        web = build_web(pages, budget, seed, "measured", changes=False)
+        n = len(web.rates)
+        uniform_f = closed_freshness(web, [web.uniform] * n)
+        uniform_a = closed_age(web, [web.uniform] * n)
+        best = closed_freshness(web, oracle_intervals(web, budget))
+        for weight in FRONTIER_WEIGHTS:
+            chosen = allocate(web, budget, weight)
+            f, a = closed_freshness(web, chosen), closed_age(web, chosen)
+            gain = (f - uniform_f) / (best - uniform_f)
+            out.append((u, weight, f, gain, a, a / uniform_a))
+    return out
+
+
+def allocate(web: Web, budget: float, weight: float) -> list[float]:
+    """The true-rate intervals of the freshness-minus-age objective at the
+    price that spends ``budget`` (bisection on the price)."""
     lo, hi = web.uniform * 1e-6, web.uniform * 1e3
     intervals: list[float] = []
     for _ in range(60):
         price = math.sqrt(lo * hi)
-        intervals = [optimal_interval(r, price) for r in web.rates]
+        intervals = [optimal_interval(r, price, weight) for r in web.rates]
         if sum(1 / i for i in intervals) > budget:
             lo = price
         else:
@@ -166,7 +242,26 @@ def oracle_intervals(web: Web, budget: float) -> list[float]:
     return intervals
 
 
-def expected_freshness(web: Web, intervals: list[float]) -> float:
+def oracle_intervals(web: Web, budget: float) -> list[float]:
+    """Cho and Garcia-Molina's optimal revisit intervals for the true change
+    rates (what no crawler knows), no bounds, freshness only (no age
+    weight): :func:`~extensions.utils.freshness.optimal_interval` with
+    the price (Lagrange multiplier) that spends the budget exactly, found by
+    bisection; static pages and pages beyond the price are never revisited
+    (``inf``)."""
+    lo, hi = web.uniform * 1e-6, web.uniform * 1e3
+    intervals: list[float] = []
+    for _ in range(60):
+        price = math.sqrt(lo * hi)
+        intervals = [optimal_interval(r, price, 0.0) for r in web.rates]
+        if sum(1 / i for i in intervals) > budget:
+            lo = price
+        else:
+            hi = price
+    return intervals
+
+
+def closed_freshness(web: Web, intervals: list[float]) -> float:
     """Cho and Garcia-Molina's closed form: a page changing ``l`` times per
     unit revisited every ``I`` is fresh ``(1 - e^-lI) / (lI)`` of the time."""
     total = 0.0
@@ -179,12 +274,131 @@ def expected_freshness(web: Web, intervals: list[float]) -> float:
     return total / len(web.rates)
 
 
-def simulate(
-    interval_of: Callable[[int, Visit], float],
-    name: str,
-    web: Web,
-    budget: float,
-) -> Result:
+class Planner(Protocol):
+    """A revisit policy in the simulation: told each fetch of page ``j``
+    (at ``t``, due at ``due``; the page's version then and the time of its
+    last change, None for version 0), it returns the next interval."""
+
+    def plan(
+        self, j: int, t: float, due: float, version: int, changed_at: float | None
+    ) -> float: ...
+
+
+class PolicyPlanner:
+    """A policy function on what a visit sees without dates (changed or not,
+    the change history): uniform, adaptive, or budgeted at a fixed price."""
+
+    def __init__(self, policy: Callable[[Visit, Bounds], float], bounds: Bounds,
+                 pages: int) -> None:  # fmt: skip
+        self.policy, self.bounds = policy, bounds
+        self.interval: list[float | None] = [None] * pages
+        self.history = [History()] * pages
+        self.stored = [0] * pages
+
+    def plan(
+        self, j: int, t: float, due: float, version: int, changed_at: float | None
+    ) -> float:
+        previous = self.interval[j]
+        was_changed = None if previous is None else version != self.stored[j]
+        if previous is not None:
+            # What extensions.extensions.recrawl.next_visit keeps: the interval that
+            # led here, not the (possibly later) actual gap.
+            self.history[j] = self.history[j].add(previous, was_changed)
+        status = 304 if was_changed is False else 200
+        h = self.history[j]
+        visit = Visit(previous, was_changed, status, history=h, rate=h.rate())
+        interval = self.bounds.clamp(float(self.policy(visit, self.bounds)))
+        self.interval[j], self.stored[j] = interval, version
+        return interval
+
+
+class OraclePlanner:
+    def __init__(self, intervals: list[float]) -> None:
+        self.intervals = intervals
+
+    def plan(
+        self, j: int, t: float, due: float, version: int, changed_at: float | None
+    ) -> float:
+        return self.intervals[j]
+
+
+class FleetPlanner:
+    """The default policy as the recrawl extension runs it, with the fleet
+    reduced to the fetcher: each fetch becomes the item the spider would
+    store (a 304 when the page is unchanged, else a 200 with a new content
+    hash and ETag; ``Last-Modified`` the time of the last change, as the
+    sandbox serves it, unless ``dates`` is off), :func:`~extensions.extensions.recrawl.
+    next_visit` plans it with the worker's pooled priors, the figures the
+    schedule script keeps are kept here, and every window bucket the price
+    is solved from them (:func:`~extensions.utils.freshness.reprice`), unless
+    ``price`` fixes it. Times are units of :data:`UNIT_S` seconds."""
+
+    def __init__(self, web: Web, bounds: Bounds, dates: bool = True,
+                 price: float | None = None, share: float = 1.0) -> None:  # fmt: skip
+        s = UNIT_S
+        self.bounds = Bounds(bounds.min * s, bounds.default * s, bounds.max * s,
+                             (price if price is not None else bounds.default
+                              * START_PRICE_SHARE) * s)  # fmt: skip
+        self.fixed = price is not None
+        self.dates, self.share = dates, share
+        self.urls = [f"http://{host_name(i)}{path}" for i, path in web.urls]
+        self.records: list[Record | None] = [None] * len(web.urls)
+        self.due_ms: list[int | None] = [None] * len(web.urls)
+        self.priors = Priors()
+        self.bins: dict[int, float] = {}
+        self.scheduled = 0.0
+        self.bucket_ms = int(window_seconds(self.bounds) * 1000 / WINDOW_BUCKETS)
+        self.buckets: dict[int, dict[str, float]] = {}
+        self.next_price = 0
+
+    def plan(
+        self, j: int, t: float, due: float, version: int, changed_at: float | None
+    ) -> float:
+        now = EPOCH + t * UNIT_S
+        now_ms = int(now * 1000)
+        if not self.fixed and now_ms >= self.next_price:
+            self.next_price = now_ms + self.bucket_ms
+            window = window_of(self.buckets, now_ms, self.bucket_ms, WINDOW_BUCKETS)
+            solved = reprice(Demand(self.bins), self.scheduled, window, self.share,
+                             self.bounds)  # fmt: skip
+            if solved is not None:
+                self.bounds = replace(self.bounds, price=solved[0])
+        prev = self.records[j]
+        modified = EPOCH + changed_at * UNIT_S if changed_at is not None else OLD
+        headers = {"etag": [f'"{j}-{version}"'], "date": [formatdate(now, usegmt=True)]}
+        if self.dates:
+            headers["last-modified"] = [formatdate(modified, usegmt=True)]
+        unchanged = prev is not None and prev.etag == headers["etag"][0]
+        carried = None
+        if prev is not None:
+            carried = [*prev.fields(), {"due": self.due_ms[j]}]
+        item = SimpleNamespace(
+            url=self.urls[j], status=304 if unchanged else 200,
+            content_hash=None if unchanged else f"{j:08x}{version:08x}",
+            headers=headers, fetched_at=now, recrawl=carried, lastmod=None,
+        )  # fmt: skip
+        plan = next_visit(item, budgeted_interval, self.bounds, now, self.priors)
+        assert plan is not None
+        if plan.old_bin is not None:
+            self.bins[plan.old_bin] -= 1
+        new_bin = plan.record.bin
+        assert new_bin is not None
+        self.bins[new_bin] = self.bins.get(new_bin, 0) + 1
+        self.scheduled += plan.scheduled
+        bucket = self.buckets.setdefault(now_ms // self.bucket_ms, {})
+        counts = [("stored", 1), ("revisits", int(plan.outcome != "first")),
+                  ("changed", int(plan.outcome == "changed")),
+                  ("not_modified", int(plan.outcome == "not_modified")),
+                  ("timed", int(plan.late is not None)),
+                  ("late_milli", round((plan.late or 0.0) * 1000))]  # fmt: skip
+        for name, count in counts:
+            bucket[name] = bucket.get(name, 0) + count
+        self.records[j] = plan.record
+        self.due_ms[j] = now_ms + int(plan.record.interval * 1000)
+        return plan.record.interval / UNIT_S
+
+
+def simulate(planner: Planner, name: str, web: Web, budget: float) -> Result:
     """Run a policy over the change model; see the module docstring."""
     urls, times, uniform, horizon = web.urls, web.times, web.uniform, web.horizon
     start = horizon / 2  # measure after the intervals settled
@@ -192,8 +406,7 @@ def simulate(
     # The first crawl: every page fetched once, spread over one round.
     due = [(uniform * j / n, j) for j in range(n)]
     heapq.heapify(due)
-    interval: list[float | None] = [None] * n
-    history = [History()] * n
+    seen = [False] * n
     stored = [0] * n  # the version each stored copy is
     last_fetch = [0.0] * n
     fresh_time = 0.0
@@ -220,8 +433,8 @@ def simulate(
         return fresh, age
 
     while due:
-        t, j = heapq.heappop(due)
-        t = max(t, free)
+        t_due, j = heapq.heappop(due)
+        t = max(t_due, free)
         if t >= horizon:
             f, a = account(j, last_fetch[j], horizon)
             fresh_time += f
@@ -229,23 +442,18 @@ def simulate(
             continue
         free = t + gap
         version = bisect.bisect_right(times[j], t)
-        previous = interval[j]
-        was_changed = None if previous is None else version != stored[j]
-        if previous is not None:
+        was_changed = None if not seen[j] else version != stored[j]
+        if seen[j]:
             f, a = account(j, last_fetch[j], t)
             fresh_time += f
             age_time += a
-            # What extensions.extensions.recrawl.next_visit keeps: the interval that
-            # led here, not the (possibly later) actual gap.
-            history[j] = history[j].add(previous, was_changed)
         if t >= start:
             counted += 1
             changed += bool(was_changed)
         fetches += 1
-        status = 304 if was_changed is False else 200
-        visit = Visit(previous, was_changed, status, history=history[j])
-        next_interval = interval_of(j, visit)
-        interval[j] = next_interval
+        changed_at = times[j][version - 1] if version else None
+        next_interval = planner.plan(j, t, t_due, version, changed_at)
+        seen[j] = True
         stored[j] = version
         last_fetch[j] = t
         heapq.heappush(due, (t + next_interval, j))
@@ -261,43 +469,51 @@ def simulate(
 
 
 def best_of(
-    policy: Callable[[Visit, Bounds], float],
+    make: Callable[[float], Planner],
     name: str,
     web: Web,
     budget: float,
-    scaled: Callable[[float], Bounds],
     scales: tuple[float, ...],
 ) -> Result:
     """The policy at each scale of its setting; the freshest run (the
     fetcher never serves more than the budget, so none exceeds it)."""
     tried = []
     for scale in scales:
-        r = simulate(policy_runner(policy, scaled(scale)), name, web, budget)
+        r = simulate(make(scale), name, web, budget)
         r.policy = f"{name} x{scale:g}"
         tried.append(r)
     return max(tried, key=lambda r: r.freshness)
 
 
-def compare(web: Web, budget: float) -> tuple[list[Result], float]:
-    """uniform, adaptive, budgeted and optimal at one budget; and the
+def compare(
+    web: Web, budget: float, hand_set: bool = False
+) -> tuple[list[Result], float]:
+    """uniform, adaptive, the default (measured price, with and without
+    Last-Modified dates), with ``hand_set`` the default at the best of
+    :data:`PRICE_SCALES` fixed prices, and optimal at one budget; and the
     optimum's closed-form freshness (a check on the simulation)."""
     u = web.uniform
+    n = len(web.urls)
     bounds = Bounds(u / SPREAD, u, u * SPREAD)
-    uniform = simulate(policy_runner(uniform_interval, bounds), "uniform", web, budget)
+    uniform = simulate(PolicyPlanner(uniform_interval, bounds, n), "uniform", web,
+                       budget)  # fmt: skip
 
-    def adaptive_bounds(s: float) -> Bounds:
-        return Bounds(bounds.min * s, bounds.default * s, bounds.max * s)
+    def adaptive(s: float) -> Planner:
+        scaled = Bounds(bounds.min * s, bounds.default * s, bounds.max * s)
+        return PolicyPlanner(adaptive_interval, scaled, n)
 
-    def budgeted_bounds(s: float) -> Bounds:
-        return Bounds(bounds.min, bounds.default, bounds.max, give_up=u * s)
-
-    adaptive = best_of(adaptive_interval, "adaptive", web, budget,
-                       adaptive_bounds, ADAPTIVE_SCALES)  # fmt: skip
-    budgeted = best_of(budgeted_interval, "budgeted", web, budget,
-                       budgeted_bounds, GIVE_UP_SCALES)  # fmt: skip
+    results = [
+        uniform,
+        best_of(adaptive, "adaptive", web, budget, ADAPTIVE_SCALES),
+        simulate(FleetPlanner(web, bounds), "default", web, budget),
+        simulate(FleetPlanner(web, bounds, dates=False), "default no LM", web, budget),
+    ]
+    if hand_set:
+        results.append(best_of(lambda s: FleetPlanner(web, bounds, price=u * s),
+                               "hand-set", web, budget, PRICE_SCALES))  # fmt: skip
     oracle = oracle_intervals(web, budget)
-    optimal = simulate(lambda j, v: oracle[j], "optimal", web, budget)
-    return [uniform, adaptive, budgeted, optimal], expected_freshness(web, oracle)
+    results.append(simulate(OraclePlanner(oracle), "optimal", web, budget))
+    return results, closed_freshness(web, oracle)
 
 
 # The store-side schedule's measurement: next visits spread evenly over a
@@ -323,7 +539,8 @@ def schedule_memory(n: int) -> dict[str, float]:
     import redis.asyncio as aredis
 
     from extensions.connection.embedded import RedisProcess
-    from extensions.extensions.recrawl import HASH_CHARS, Record, RecrawlSchedule
+    from extensions.extensions.recrawl import HASH_CHARS, Planned, RecrawlSchedule
+    from extensions.utils.freshness import rate_bin
     from pipelines.stores.sqlite import SQLiteStore
 
     spec = SiteSpec(seed=1, hosts=100, pages_per_host=max(1, n // 100))
@@ -338,25 +555,37 @@ def schedule_memory(n: int) -> dict[str, float]:
         return '"' + hashlib.blake2b(url.encode(), digest_size=8).hexdigest() + '"'
 
     date = "Mon, 01 Jan 2024 00:00:00 GMT"
-    # A history as a page revisited daily for weeks has one.
-    history = History(23, 7, 23 * 86400.0 + 0.125)
-    records = [(u, Record(86400.0, etag(u), date, sha(u), history)) for u in urls]
+    # A history as a page revisited daily for weeks has one: 7 changes dated
+    # by Last-Modified, half a day before the visit that saw each.
+    history = History(23, 7, 23 * 86400.0 + 0.125, 16.5 * 86400.0 + 0.125, 0)
+    bin_ = rate_bin(history.rate())
+    records = [(u, Record(86400.0, etag(u), date, sha(u), history, bin_))
+               for u in urls]  # fmt: skip
     count = len(urls)
 
-    async def usage(client: aredis.Redis, schedule: RecrawlSchedule) -> int:
+    async def usage(client: aredis.Redis, schedule: RecrawlSchedule, *more: str) -> int:
         keys = schedule.keys
-        zset = await client.memory_usage(keys.recrawl, samples=0) or 0
-        data = await client.memory_usage(keys.recrawl_data, samples=0) or 0
-        return int(zset + data)
+        total = 0
+        for key in (keys.recrawl, keys.recrawl_data, *more):
+            total += await client.memory_usage(key, samples=0) or 0
+        return int(total)
 
     async def fill(url: str, store: SQLiteStore) -> dict[str, float]:
         client = aredis.Redis.from_url(url)
         schedule = RecrawlSchedule(client, "web")
+        now = await schedule.now_ms()
+        bucket_ms = 600_000
         for i in range(0, count, 1000):
-            await schedule.schedule(records[i : i + 1000])
+            planned = [Planned(u, r, delay=r.interval, outcome="unchanged")
+                       for u, r in records[i : i + 1000]]  # fmt: skip
+            await schedule.schedule(planned, now, bucket_ms)
         keys = schedule.keys
         zset = await client.memory_usage(keys.recrawl, samples=0) or 0
         data = await client.memory_usage(keys.recrawl_data, samples=0) or 0
+        # The freshness figures: pages per rate bin and a window bucket,
+        # whatever the number of URLs.
+        figures = [keys.recrawl_stats, keys.recrawl_window(now // bucket_ms)]
+        fixed = await usage(client, schedule, *figures) - zset - data
         await client.delete(keys.recrawl, keys.recrawl_data)
         # Store-side: every next visit in the store, then one refill of the
         # window (what extensions.extensions.recrawl.Recrawler._refill does).
@@ -367,12 +596,13 @@ def schedule_memory(n: int) -> dict[str, float]:
         while entries := store.schedule_due(until, 1000):
             await schedule.load(entries)
             store.schedule_delete([(u, d) for u, d, _ in entries])
-        window = await usage(client, schedule)
+        window = await usage(client, schedule, *figures)
         in_window = int(await client.zcard(keys.recrawl))
         await client.aclose()
         return {"urls": count, "zset_bytes_per_url": round(zset / count, 1),
                 "hash_bytes_per_url": round(data / count, 1),
                 "bytes_per_url": round((zset + data) / count, 1),
+                "figures_bytes": fixed,
                 "url_length": round(sum(map(len, urls)) / count, 1),
                 "store_side_in_window": in_window,
                 "store_side_redis_bytes_per_url": round(window / count, 2)}  # fmt: skip
@@ -422,9 +652,25 @@ def main(argv: list[str] | None = None) -> int:
         help="print only the closed-form optimal/uniform freshness per web "
         "profile and uniform interval (no simulation)",
     )  # fmt: skip
+    parser.add_argument(
+        "--hand-set", action="store_true",
+        help="also run the default policy at the best of a few fixed prices "
+        "(what a hand-set price could reach at best; 2 minutes more)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--frontier", action="store_true",
+        help="print only the closed-form freshness/age frontier of the "
+        "measured web at U = 7 and 30 (true rates, no simulation)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
     began = time.perf_counter()
+    if args.frontier:
+        print(f"{'interval':>8} {'age weight':>10} {'freshness':>9} {'gain':>5} "
+              f"{'age':>8} {'x unif':>6}")  # fmt: skip
+        for u, weight, f, gain, a, ratio in frontier(args.pages, args.seed):
+            print(f"{u:8g} {weight:10g} {f:9.3f} {gain:5.2f} {a:8.3f} {ratio:5.2f}x")
+        return 0
     if args.ceilings:
         print(f"{'web':11} {'interval':>8} {'uniform F':>9} {'optimal F':>9} "
               f"{'ratio':>6}")  # fmt: skip
@@ -437,7 +683,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for budget in budgets:
         web = build_web(args.pages, budget, args.seed, args.web)
-        results, closed = compare(web, budget)
+        results, closed = compare(web, budget, args.hand_set)
         runs.append((budget, web, results, closed))
     memory = schedule_memory(args.memory) if args.memory else None
     if args.json:
@@ -451,12 +697,15 @@ def main(argv: list[str] | None = None) -> int:
     for budget, web, results, closed in runs:
         print(f"web {args.web}, {len(web.urls)} pages, budget {budget:g} fetches "
               f"per unit (uniform interval {web.uniform:g} units)")  # fmt: skip
-        print(f"{'policy':14} {'freshness':>9} {'x unif':>7} {'age':>7} "
-              f"{'fetches':>8} {'budget':>8} {'changed':>8}")  # fmt: skip
+        print(f"{'policy':14} {'freshness':>9} {'x unif':>7} {'gain':>5} {'age':>7} "
+              f"{'x unif':>6} {'fetches':>8} {'budget':>8} {'changed':>8}")  # fmt: skip
+        uniform, optimal = results[0], results[-1]
         for r in results:
-            ratio = r.freshness / results[0].freshness
-            print(f"{r.policy:14} {r.freshness:9.3f} {ratio:6.2f}x {r.age:7.3f} "
-                  f"{r.fetches:8d} {r.budget:8d} {r.changed_share:8.3f}")  # fmt: skip
+            ratio = r.freshness / uniform.freshness
+            gain = gain_share(r, uniform, optimal)
+            print(f"{r.policy:14} {r.freshness:9.3f} {ratio:6.2f}x {gain:5.2f} "
+                  f"{r.age:7.3f} {r.age / uniform.age:5.2f}x {r.fetches:8d} "
+                  f"{r.budget:8d} {r.changed_share:8.3f}")  # fmt: skip
         print(f"optimal, closed form: {closed:.3f}\n")
     print(f"({time.perf_counter() - began:.1f} s)")
     if memory is not None:

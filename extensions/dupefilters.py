@@ -23,6 +23,7 @@ from scrapy.utils.request import referer_str
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client, sync_client
 from extensions.core.bloom import AsyncBloomFilter, BloomConfig, BloomFilter
 from extensions.settings import config, defaults
+from extensions.utils.url import canonical_request
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -38,10 +39,11 @@ logger = logging.getLogger(__name__)
 class BloomDupeFilter(BaseDupeFilter):
     """Drop requests whose fingerprint the crawl has seen, fleet-wide.
 
-    What a duplicate is stays the decision of ``REQUEST_FINGERPRINTER_CLASS``:
-    the filter stores ``crawler.request_fingerprinter.fingerprint(request)``
-    (the scheduler canonicalizes URLs with
-    :func:`extensions.utils.url.canonicalize_url` before that). Requests with
+    What a duplicate is stays the decision of ``REQUEST_FINGERPRINTER_CLASS``,
+    asked about the request with its URL in canonical form
+    (:func:`extensions.utils.url.canonicalize_url`: session and tracking
+    parameters dropped, query sorted): the key beside the request, which
+    itself is queued and fetched as the spider made it. Requests with
     ``dont_filter=True`` (retries, recrawls) are never tested nor added.
 
     Two ways in:
@@ -166,7 +168,7 @@ class BloomDupeFilter(BaseDupeFilter):
         if self.bloom is None:
             await self.open_async()
         assert self.bloom is not None
-        fingerprint = self.crawler.request_fingerprinter.fingerprint
+        fingerprint = self.fingerprint
         result = [False] * len(requests)
         spider = self.crawler.spider
         index: list[int] = []
@@ -198,10 +200,16 @@ class BloomDupeFilter(BaseDupeFilter):
         :meth:`requests_seen`."""
         if request.dont_filter:
             return False
-        if self._knows(self.crawler.request_fingerprinter.fingerprint(request)):
+        if self._knows(self.fingerprint(request)):
             self.log(request, self.crawler.spider)
             return True
         return False
+
+    def fingerprint(self, request: Request) -> bytes:
+        """The request's fingerprint, its URL taken in canonical form."""
+        return self.crawler.request_fingerprinter.fingerprint(
+            canonical_request(request)
+        )
 
     def _knows(self, fp: bytes) -> bool:
         return fp in self._known or fp in self._known_old
@@ -228,7 +236,7 @@ class BloomDupeFilter(BaseDupeFilter):
                 self.config,
                 self.crawler.stats,
             )
-        fp = self.crawler.request_fingerprinter.fingerprint(request)
+        fp = self.fingerprint(request)
         if self._knows(fp):
             return True
         seen = self._sync.test_and_set([fp])[0]

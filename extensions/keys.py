@@ -27,6 +27,8 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS as CLUSTER_SLOTS
 from redis.crc import key_slot
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from scrapy.crawler import Crawler
 
 # The prefix of a crawl whose spider is not known (a component used outside
@@ -120,6 +122,8 @@ class FrontierKeys:
         base = f"{prefix}:{partition_tag(prefix)}:"
         self.recrawl = base + "recrawl"
         self.recrawl_data = base + "recrawl:data"
+        self.recrawl_stats = base + "recrawl:stats"
+        self.recrawl_claimed = base + "recrawl:claimed"
         self.partitions = base + "partitions"
 
     def queue(self, host: str) -> str:
@@ -127,6 +131,15 @@ class FrontierKeys:
 
     def host(self, host: str) -> str:
         return self.host_prefix + host
+
+    def recrawl_window(self, bucket: int) -> str:
+        """The recrawl counters of one window bucket
+        (:mod:`extensions.extensions.recrawl`).
+
+        >>> FrontierKeys("web").recrawl_window(7)
+        'web:{web}:recrawl:w:7'
+        """
+        return self.recrawl_stats[: -len("stats")] + f"w:{bucket}"
 
     def spill_lock(self, host: str) -> str:
         """The refill lock of one host (:mod:`extensions.core.frontier.spill`).
@@ -192,45 +205,94 @@ class StatsKeys:
 
 
 def start_urls(prefix: str) -> str:
-    """>>> start_urls("web")
+    """The seed list of a crawl whose spider names no other key (scrapy-redis's
+    convention, ``REDIS_START_URLS_KEY``).
+
+    >>> start_urls("web")
     'web:start_urls'
     """
     return f"{prefix}:start_urls"
 
 
 def invalid_start_urls(prefix: str) -> str:
-    return f"{prefix}:start_urls:invalid"
+    return invalid_seeds(start_urls(prefix))
 
 
-def seed_takers(prefix: str) -> str:
-    """The workers that take seeds, with their heartbeats (ms). Tagged
-    ``{<prefix>:start_urls}``: the slot of the untagged seed list itself
-    (whose name the operators' ``lpush`` fixes), so one script moves entries
-    between them on a cluster too.
+def invalid_seeds(seed_key: str) -> str:
+    """Where the entries of seed key ``seed_key`` that are refused go (the
+    first key's, when a spider reads several).
+
+    >>> invalid_seeds("shop:urls")
+    'shop:urls:invalid'
+    """
+    return f"{seed_key}:invalid"
+
+
+def slot_tag(key: str) -> str:
+    """The hash tag that puts another key in the cluster slot of ``key``:
+    ``key``'s own tag when it has one (Redis hashes only that part), else
+    ``key`` itself in braces.
+
+    >>> slot_tag("web:start_urls"), slot_tag("{shop}:urls"), slot_tag("a{}b")
+    ('{web:start_urls}', '{shop}', '{a{}b}')
+    >>> key_slot(b"x" + slot_tag("{shop}:urls").encode()) == key_slot(b"{shop}:urls")
+    True
+    """
+    start = key.find("{")
+    if start != -1:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return key[start : end + 1]
+    return "{" + key + "}"
+
+
+def seed_takers(prefix: str, seed_key: str | None = None) -> str:
+    """The workers that take seeds from ``seed_key`` (default: the crawl's
+    seed list), with their heartbeats (ms). Tagged by the seed key's slot
+    (:func:`slot_tag`; the operators' ``lpush`` fixes its name), so one
+    script moves entries between them on a cluster too.
 
     >>> seed_takers("web")
     'web:{web:start_urls}:takers'
     >>> key_slot(seed_takers("web").encode()) == key_slot(start_urls("web").encode())
     True
+    >>> seed_takers("shop", "shop:urls")
+    'shop:{shop:urls}:takers'
     """
-    return f"{prefix}:{{{start_urls(prefix)}}}:takers"
+    return f"{prefix}:{slot_tag(seed_key or start_urls(prefix))}:takers"
 
 
-def seed_taken(prefix: str, worker: str) -> str:
-    """The seeds one worker took and its scheduler has not yet queued.
+def seed_taken(prefix: str, worker: str, seed_key: str | None = None) -> str:
+    """The seeds one worker took from ``seed_key`` and its scheduler has not
+    yet queued.
 
     >>> seed_taken("web", "w1")
     'web:{web:start_urls}:taken:w1'
     >>> key_slot(seed_taken("web", "w1").encode()) == key_slot(b"web:start_urls")
     True
     """
-    return f"{prefix}:{{{start_urls(prefix)}}}:taken:{worker}"
+    return f"{prefix}:{slot_tag(seed_key or start_urls(prefix))}:taken:{worker}"
 
 
-def seed_patterns(prefix: str) -> list[str]:
-    """SCAN patterns for the seed-list keys besides the list itself (the
-    takers and their taken seeds)."""
-    return [f"{prefix}:{{{start_urls(prefix)}}}:*"]
+def seed_patterns(prefix: str, seed_keys: Sequence[str] = ()) -> list[str]:
+    """SCAN patterns for the seed-list keys besides the lists themselves (the
+    takers and their taken seeds) of the crawl's seed list and of
+    ``seed_keys``.
+
+    >>> seed_patterns("web", ["web:start_urls", "{hot}:urls"])
+    ['web:{web:start_urls}:*', 'web:{hot}:*']
+    """
+    tags = dict.fromkeys(slot_tag(k) for k in [start_urls(prefix), *seed_keys])
+    return [f"{prefix}:{glob_escape(tag)}:*" for tag in tags]
+
+
+def glob_escape(text: str) -> str:
+    r"""``text`` as a literal in a SCAN pattern.
+
+    >>> print(glob_escape("a*b[c]?"))
+    a\*b\[c\]\?
+    """
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def robots(prefix: str, host: str) -> str:

@@ -47,9 +47,10 @@ HOST_DOWN = "host_down"
 #: the item, whose ``recrawl`` attribute bears the same name.
 RECRAWL_RECORD = "recrawl"
 
-#: A sitemap's ``<changefreq>`` for the page (a revisit hint the spider sets
-#: when ``RECRAWL_ENABLED`` and copies into the item).
-SITEMAP_CHANGEFREQ = "changefreq"
+#: A sitemap's ``<lastmod>`` for the page (when it last changed: the spider
+#: sets it when ``RECRAWL_ENABLED`` and copies it into the item; the recrawl
+#: schedule dates a new page's last change with it).
+SITEMAP_LASTMOD = "lastmod"
 
 #: The seed-list entry a seed request was made from (a str, set by the
 #: spider when it takes the seed, :mod:`extensions.core.seeds`). The scheduler
@@ -62,3 +63,71 @@ SEED_TAKEN = "seed_taken"
 # and the delay the scheduler reads (and strips) when it queues a retry.
 FAILURE_META = "failure"
 DELAY_META = "frontier_delay_ms"
+
+#: Every key above: webcrawl's own state, never set by anyone outside it (a
+#: seed may not, whatever ``SEED_META_KEYS`` says).
+WEBCRAWL_META = frozenset(
+    {
+        FRONTIER_LEASE,
+        POLITENESS_LOCK,
+        POLITENESS_DEFERRALS,
+        POLITENESS_DEFERRED,
+        DONT_DEFER,
+        DONT_POLITENESS,
+        ROBOTS_FETCH,
+        HOST_DOWN,
+        RECRAWL_RECORD,
+        SITEMAP_LASTMOD,
+        SEED_TAKEN,
+        FAILURE_META,
+        DELAY_META,
+    }
+)
+
+#: The keys Scrapy's own components read from ``Request.meta`` (its
+#: "Request.meta special keys" and the private ones its middlewares keep
+#: there): a proxy, credentials, limits, robots.txt and redirect handling.
+#: Data from outside (a seed) names one only where ``SEED_META_KEYS`` says so.
+SCRAPY_META = frozenset(
+    {
+        "_auth_proxy",
+        "_scheme_proxy",
+        "allow_offsite",
+        "autothrottle_dont_adjust_delay",
+        "bindaddress",
+        "cookiejar",
+        "depth",
+        "depth_reset",
+        "dont_cache",
+        "dont_merge_cookies",
+        "dont_obey_robotstxt",
+        "dont_redirect",
+        "dont_retry",
+        "download_fail_on_dataloss",
+        "download_latency",
+        "download_maxsize",
+        "download_slot",
+        "download_timeout",
+        "download_warnsize",
+        "ftp_local_filename",
+        "ftp_passive",
+        "ftp_password",
+        "ftp_user",
+        "handle_httpstatus_all",
+        "handle_httpstatus_list",
+        "http_auth_domain",
+        "http_pass",
+        "http_user",
+        "is_start_request",
+        "max_retry_times",
+        "proxy",
+        "redirect_reasons",
+        "redirect_times",
+        "redirect_ttl",
+        "redirect_urls",
+        "referrer_policy",
+        "retry_times",
+        "rule",
+        "verbatim_url",
+    }
+)

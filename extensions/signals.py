@@ -1,13 +1,17 @@
 """Signals of the ``extensions`` package.
 
-``items_stored``
-    The frontier's acknowledgement protocol. Whoever makes items durable (the
-    storage pipeline of :mod:`pipelines.storage`, or any other store) sends it
-    on the reactor thread once a batch is stored. Arguments: ``items`` (a list
-    of the stored items). The scheduler listens to it to acknowledge the lease
-    of each page's request (an opaque token the spider copies into the item's
-    ``lease`` attribute): a crash between fetch and flush therefore loses
-    nothing.
+``item_held`` and ``items_stored``
+    The acknowledgement protocol of a pipeline that writes in batches (the
+    storage pipeline of :mod:`pipelines.storage`, or any user pipeline): it
+    sends ``item_held`` (argument ``item``) from ``process_item`` for an
+    item it keeps until it is durable, and ``items_stored`` (argument
+    ``items``, a list) on the reactor thread once they are. The frontier
+    lease of the response that yielded such an item ends only then
+    (:mod:`extensions.core.leases`), so a crash between fetch and flush loses
+    nothing. An item is matched to its response by identity (the object the
+    spider yielded), else by the lease it names (a ``lease`` attribute or
+    key, as :class:`pipelines.items.PageItem` carries). Every other item is
+    done when it leaves ``process_item``.
 
 ``request_dead``
     A request's story ended in a terminal failure (its retry budget spent, a
@@ -48,6 +52,8 @@ to it, as Scrapy's core defines ``item_scraped`` for extensions to send and
 hear; a signal in ``pipelines`` would make the scheduler import ``pipelines``
 and close a cycle.
 """
+
+item_held = object()
 
 items_stored = object()
 

@@ -29,7 +29,7 @@ class PageItem:
 
     ``recrawl`` is the revisit record the continuous-crawl extension put in
     the request's meta (``extensions.extensions.recrawl``), opaque here like ``lease``;
-    ``changefreq`` a sitemap's ``<changefreq>`` for the page (a revisit hint).
+    ``lastmod`` a sitemap's ``<lastmod>`` for the page (when it last changed).
     ``content_hash`` is filled in by the storage pipeline, so whoever hears
     that the item was stored can tell whether the page changed.
 
@@ -63,7 +63,7 @@ class PageItem:
     worker: str | None = None
     extracted: Extracted | None = field(default=None, repr=False, compare=False)
     recrawl: list[object] | None = None
-    changefreq: str | None = None
+    lastmod: str | None = None
     content_hash: str | None = None
     filtered: str | None = None
 

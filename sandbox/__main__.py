@@ -110,11 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--change-profile",
-        choices=("classes", "measured", "loguniform"),
+        choices=("classes", "measured", "loguniform", "rewrites"),
         default="classes",
         help="the spread of change rates (sandbox.changes): classes (as above), "
         "measured (Cho and Garcia-Molina's measured spread, PERIOD = one day), "
-        "loguniform (1/24 to 365 PERIODs)",
+        "loguniform (1/24 to 365 PERIODs), rewrites (pages 1-6 of every host "
+        "rewritten together every PERIOD s, the others never)",
     )
     p.add_argument(
         "--address-map",

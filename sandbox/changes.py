@@ -18,10 +18,16 @@ Two profiles (sets of classes):
 * ``loguniform``: no static pages, every page's mean change interval
   log-uniform from 1 hour to 1 year (``period`` one day): the widest spread,
   used by the benchmark's ceiling table only.
+* ``rewrites``: a script rewrites the same few files together every
+  ``period`` seconds: pages 1 to :data:`REWRITTEN_PER_HOST` of every host
+  (the home page's first links) change at ``start + period``, ``start + 2
+  period``, ..., the others never (the continuous crawl's user scenario:
+  36 of 186 pages on 6 hosts rewritten every 8 s).
 
-A page's changes are a Poisson process of that rate: exponential gaps drawn
-from a generator seeded by the page, so every process that builds the same
-model with the same start time sees the same change times. A page's content
+Except in ``rewrites``, a page's changes are a Poisson process of that rate:
+exponential gaps drawn from a generator seeded by the page, so every process
+that builds the same model with the same start time sees the same change
+times. A page's content
 at time ``t`` is its version ``n`` = number of changes in ``(start, t]``; the
 site renders version ``n`` with ``n`` in the seed, and serves the time of the
 last change as ``Last-Modified`` (the ETag is a hash of the body).
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import bisect
 import random
+import re
 
 from sandbox.site import stable_hash
 
@@ -57,11 +64,17 @@ MEASURED: Classes = (
     ("static", 30, 0.0, 0.0),
 )
 LOGUNIFORM: Classes = (("hourly-yearly", 1, 1 / 24, 365.0),)
+# Share and low/high are unused: the rewritten pages are chosen by number.
+REWRITES: Classes = (("rewritten", 0, 1.0, 1.0), ("static", 1, 0.0, 0.0))
 PROFILES: dict[str, Classes] = {
     "classes": CLASSES,
     "measured": MEASURED,
     "loguniform": LOGUNIFORM,
+    "rewrites": REWRITES,
 }
+# Pages of every host the ``rewrites`` profile rewrites (page numbers 1..6).
+REWRITTEN_PER_HOST = 6
+_PAGE_NUMBER = re.compile(r"-(\d+)\.html$")
 
 
 class ChangeModel:
@@ -75,6 +88,11 @@ class ChangeModel:
     (True, True)
     >>> m.version(0, "/", 1e6) == ChangeModel(1, 10.0, 0.0).version(0, "/", 1e6)
     True
+    >>> r = ChangeModel(1, 8.0, 100.0, "rewrites")
+    >>> r.kind(0, "/news/oak-fern-3.html"), r.kind(0, "/docs/oak-fern-7.html")
+    ('rewritten', 'static')
+    >>> r.version(0, "/news/oak-fern-3.html", 125.0)
+    (3, 124.0)
     """
 
     def __init__(
@@ -88,6 +106,7 @@ class ChangeModel:
         if profile not in PROFILES:
             raise ValueError(f"change profile must be one of {sorted(PROFILES)}")
         self.classes = PROFILES[profile]
+        self.periodic = profile == "rewrites"
         self._weight = sum(w for _, w, _, _ in self.classes)
         self._times: dict[tuple[int, str], list[float]] = {}
         self._rngs: dict[tuple[int, str], random.Random] = {}
@@ -98,6 +117,10 @@ class ChangeModel:
         return self._class(i, path)[0]
 
     def _class(self, i: int, path: str) -> tuple[str, int, float, float]:
+        if self.periodic:
+            number = _PAGE_NUMBER.search(path)
+            rewritten = number is not None and 1 <= int(number[1]) <= REWRITTEN_PER_HOST
+            return self.classes[0] if rewritten else self.classes[1]
         pick = stable_hash(self.seed, "changes", i, path) % self._weight
         for entry in self.classes:
             if pick < entry[1]:
@@ -118,6 +141,8 @@ class ChangeModel:
         _, _, low, high = self._class(i, path)
         if not low:
             return 0.0
+        if self.periodic:
+            return 1.0 / (low * self.period)
         u = (stable_hash(self.seed, "spread", i, path) % 2**32) / 2**32
         mult = low * (high / low) ** u
         return 1.0 / (mult * self.period)
@@ -128,6 +153,11 @@ class ChangeModel:
         times = self._times.setdefault(key, [])
         rate = self.rate(i, path)
         if rate == 0:
+            return times
+        if self.periodic:
+            step = 1.0 / rate
+            while not times or times[-1] <= until:
+                times.append(self.start + step * (len(times) + 1))
             return times
         rng = self._rngs.get(key)
         if rng is None:

@@ -177,6 +177,7 @@ class Crawl:
             "TELNETCONSOLE_ENABLED": "False",
             "LOG_LEVEL": "INFO",
             "USER_AGENT": defaults.WEBCRAWL_USER_AGENT,
+            "ROBOTSTXT_OBEY": "True",
             "CONCURRENT_REQUESTS": "16",
         } | {k: str(v) for k, v in settings.items()}
         args = [sys.executable, "-m", "scrapy", "runspider", str(spider)]

@@ -16,6 +16,7 @@ from extensions.connection.embedded import (
     find_or_start,
     stop_embedded,
 )
+from extensions.core.scheduler import RedisScheduler
 from webcrawl.addon import (
     DUPEFILTER,
     ITEM_PIPELINES,
@@ -49,10 +50,25 @@ def test_switches_components_on(redis_url: str) -> None:
     assert s.getdict("ITEM_PIPELINES") == ITEM_PIPELINES
 
 
+class MyScheduler(RedisScheduler):
+    """A project's own subclass of webcrawl's scheduler."""
+
+
 def test_command_line_wins(redis_url: str) -> None:
-    s = settings(REDIS_URL=redis_url, SCHEDULER="my.Scheduler")
+    own = f"{__name__}.MyScheduler"
+    s = settings(REDIS_URL=redis_url, SCHEDULER=own, FRONTIER_SPILL_STORE="")
     Webcrawl().update_settings(s)
-    assert s["SCHEDULER"] == "my.Scheduler"
+    assert s["SCHEDULER"] == own
+    assert s["FRONTIER_SPILL_STORE"] == ""
+
+
+def test_a_scheduler_of_another_package_is_refused(redis_url: str) -> None:
+    """It would run the crawl without the frontier (tests/test_scrapy_redis_settings.py
+    runs the real worker)."""
+    s = settings(REDIS_URL=redis_url, SCHEDULER="scrapy.core.scheduler.Scheduler")
+    with pytest.raises(SystemExit) as info:
+        Webcrawl().update_settings(s)
+    assert info.value.code == 2
 
 
 def test_starts_the_embedded_redis_without_redis_url(

@@ -90,33 +90,40 @@ def test_quick_run_prints_tables(
 
 def test_freshness_simulation_ranks_the_policies() -> None:
     """The freshness benchmark on a small measured-like web at a tight
-    budget: the budgeted policy beats uniform and adaptive, the optimum (true
-    rates) bounds all, and its simulated freshness matches the closed form."""
+    budget: the default policy (its price measured from the simulated
+    fetcher) beats uniform and adaptive and spends the budget, the optimum
+    (true rates) bounds all, and its simulated freshness matches the closed
+    form."""
     from bench.freshness import (
+        UNIT_S,
+        FleetPlanner,
+        OraclePlanner,
+        PolicyPlanner,
         build_web,
-        expected_freshness,
+        closed_freshness,
         oracle_intervals,
-        policy_runner,
         simulate,
     )
     from extensions.extensions.recrawl import (
+        START_PRICE_SHARE,
         Bounds,
         adaptive_interval,
-        budgeted_interval,
         uniform_interval,
     )
 
     budget = 400 / 30
     web = build_web(400, budget, seed=1, profile="measured")
-    u = web.uniform
-    bounds = Bounds(u / 8, u, u * 8, give_up=u * 0.1)
-    uni = simulate(policy_runner(uniform_interval, bounds), "u", web, budget)
-    ada = simulate(policy_runner(adaptive_interval, bounds), "a", web, budget)
-    bud = simulate(policy_runner(budgeted_interval, bounds), "b", web, budget)
+    u, n = web.uniform, len(web.urls)
+    bounds = Bounds(u / 8, u, u * 8)
+    uni = simulate(PolicyPlanner(uniform_interval, bounds, n), "u", web, budget)
+    ada = simulate(PolicyPlanner(adaptive_interval, bounds, n), "a", web, budget)
+    fleet = FleetPlanner(web, bounds)
+    bud = simulate(fleet, "b", web, budget)
     oracle = oracle_intervals(web, budget)
-    best = simulate(lambda j, v: oracle[j], "o", web, budget)
+    best = simulate(OraclePlanner(oracle), "o", web, budget)
     assert max(r.fetches - r.budget for r in (uni, ada, bud, best)) <= 1
+    assert bud.fetches > 0.97 * bud.budget  # the measured price spends it
+    assert fleet.bounds.price != START_PRICE_SHARE * u * UNIT_S  # it was solved
     assert uni.freshness < bud.freshness < best.freshness
     assert ada.freshness < bud.freshness
-    assert bud.age < uni.age
-    assert best.freshness == pytest.approx(expected_freshness(web, oracle), abs=0.03)
+    assert best.freshness == pytest.approx(closed_freshness(web, oracle), abs=0.03)

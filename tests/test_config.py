@@ -66,7 +66,7 @@ def test_a_value_outside_its_range_is_refused_in_one_sentence(
 @pytest.mark.parametrize(
     "values",
     [
-        {"ROBOTSTXT_OBEY": True},
+        {"DUPEFILTER_CLASS": "builtins.object"},
         {"FRONTIER_LEASE_TIMEOUT": 10, "FRONTIER_HEARTBEAT_INTERVAL": 10},
     ],
 )

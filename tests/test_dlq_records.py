@@ -19,8 +19,8 @@ from extensions.core.frontier.deadletters import DeadLetters
 from extensions.core.frontier.frontier import Frontier, QueuedRequest
 from pipelines.storage import StoragePipeline
 from pipelines.stores.sqlite import SQLiteStore
-from tests.test_host_down import DOWN, K, failing_for
-from tests.test_scheduler import make_crawler, opened
+from tests.support.hostdown import DOWN, K, failing_for
+from tests.support.scheduler import make_crawler, opened
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -121,3 +121,48 @@ def test_the_scheduler_has_the_store_record_every_dead_letter(
     assert page is not None
     assert page.metadata["error"] == "offsite_redirect: refused when scheduled"
     assert redis_client.llen(K.dlq_unrecorded) == 0
+
+
+def test_a_spider_error_gets_its_page_record(redis_url: str, tmp_path: Path) -> None:
+    """Issue 21, item 6: a response the spider failed on is dead-lettered
+    with no page record, so the store records it (before, its letter was
+    filed as recorded and no record was ever written)."""
+    from scrapy.http import HtmlResponse
+    from twisted.python.failure import Failure
+
+    from extensions.signals import dead_letters_unrecorded
+
+    crawler = make_crawler(redis_url)
+    handed: list[Any] = []
+    crawler.signals.connect(
+        lambda letters, **_: handed.extend(letters),
+        signal=dead_letters_unrecorded,
+        weak=False,
+    )
+
+    async def main() -> None:
+        scheduler = await opened(crawler)
+        scheduler.enqueue_request(Request("http://a.test/broken"))
+        deadline = time.monotonic() + 10
+        while (request := scheduler.next_request()) is None:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        response = HtmlResponse(request.url, body=b"<html>", request=request)
+        try:
+            raise ValueError("the spider's bug")
+        except ValueError:
+            failure = Failure()
+        crawler.signals.send_catch_log(
+            signals.spider_error, failure=failure, response=response,
+            spider=crawler.spider,
+        )  # fmt: skip
+        while not handed:
+            assert time.monotonic() < deadline, crawler.stats.get_stats()  # type: ignore[union-attr]
+            await asyncio.sleep(0.02)
+        await scheduler.close_async("finished")
+
+    asyncio.run(main())
+    (letter,) = handed
+    assert (letter.url, letter.reason, letter.status) == (
+        "http://a.test/broken", "unparseable", 200,
+    )  # fmt: skip

@@ -35,6 +35,9 @@ RA = "Retry-After"
 
 
 def _mw(**settings: Any) -> FailurePolicyMiddleware:
+    # The project's RETRY_TIMES (webcrawl.settings): room for every class's
+    # own attempt count, which these tests check.
+    settings.setdefault("RETRY_TIMES", 4)
     crawler = get_crawler(Spider, settings_dict=settings)
     crawler.spider = Spider("web")
     crawler.stats = MemoryStatsCollector(crawler)
@@ -223,3 +226,34 @@ def test_filters_are_not_failures_and_refusals_name_their_reason() -> None:
 
 def test_defaults_are_declared() -> None:
     assert defaults.RETRY_AFTER_MAX > 0 and defaults.FAILURE_POLICY_ENABLED
+
+
+def _exc_retries(mw: FailurePolicyMiddleware, exc: Exception) -> list[Request]:
+    return _fail_until_final(mw, lambda m, r: m.process_exception(r, exc))
+
+
+def _status_retries(mw: FailurePolicyMiddleware, status: int) -> list[Request]:
+    return _fail_until_final(
+        mw, lambda m, r: m.process_response(r, _response(r, status))
+    )
+
+
+def test_scrapy_retry_settings_bound_the_policy() -> None:
+    """Issue 23: Scrapy's retry settings bound attempts and classes; the
+    policy still decides the delays."""
+    refused = ConnectionRefusedError()
+    # RETRY_TIMES (Scrapy's default 2) bounds the connection class's 3 retries.
+    retries = _exc_retries(_mw(RETRY_TIMES=2), refused)
+    assert [r.meta["retry_times"] for r in retries] == [1, 2]
+    assert [r.priority for r in retries] == [-1, -2]  # RETRY_PRIORITY_ADJUST
+    assert all(r.meta[DELAY_META] > 0 for r in retries)  # the policy's delays
+    assert len(_exc_retries(_mw(RETRY_ENABLED=False), refused)) == 0
+    assert len(_exc_retries(_mw(RETRY_PRIORITY_ADJUST=5), refused)) == 3
+    # max_retry_times meta wins, even 0.
+    request = Request("http://a.test/", meta={"max_retry_times": 0})
+    assert _mw().process_exception(request, refused) is None
+    assert request.meta[FAILURE_META]["terminal"]
+    # A status or exception Scrapy's lists leave out is not retried.
+    assert len(_status_retries(_mw(), 502)) == 2
+    assert len(_status_retries(_mw(RETRY_HTTP_CODES=[500]), 502)) == 0
+    assert len(_exc_retries(_mw(RETRY_EXCEPTIONS=[]), refused)) == 0

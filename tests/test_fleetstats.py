@@ -173,3 +173,24 @@ def test_fold_script_writes_only_the_keys_it_is_given(
     }
     assert any(":m:" in k for k in written)
     assert written <= given
+
+
+def test_no_seeds_is_said_only_when_the_seed_list_is_empty(
+    redis_url: str, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker that has not taken the seeds pushed for its spider yet (any
+    spider, here ``shop``) must not say the list is empty (issue 23)."""
+    redis_client.lpush("shop:start_urls", *(f"http://a.test/{i}" for i in range(24)))
+
+    async def body() -> None:
+        crawler = get_crawler(Spider, {"REDIS_URL": redis_url})
+        crawler.stats.open_spider()  # type: ignore[union-attr]
+        ext = FleetStats.from_crawler(crawler)
+        ext.spider_opened(Spider(name="shop"))
+        await ext.fold()
+        assert "No seeds" not in caplog.text
+        redis_client.delete("shop:start_urls")
+        await ext.fold()
+        assert "No seeds: shop:start_urls is empty" in caplog.text
+
+    asyncio.run(body())

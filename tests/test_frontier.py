@@ -15,7 +15,8 @@ from extensions.core.frontier.frontier import (
     QueuedRequest,
     Worker,
 )
-from extensions.core.frontier.serialization import request_from_bytes, request_to_bytes
+from extensions.core.frontier.serialization import request_to_bytes
+from tests.support.frontier import q, urls
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -45,14 +46,6 @@ async def lease(
     f: Frontier, count: int, worker: str, delay_ms: int, quiet_ms: int = 1_800_000
 ) -> LeaseBatch:
     return await as_worker(f, worker, delay_ms, quiet_ms).lease(count)
-
-
-def q(url: str, priority: int = 0, host: str = "http://a.test:80") -> QueuedRequest:
-    return QueuedRequest(host, priority, request_to_bytes(Request(url)))
-
-
-def urls(batch: list[tuple[str, bytes]]) -> list[str]:
-    return [request_from_bytes(m).url for _, m in batch]
 
 
 def test_priority_then_fifo(redis_url: str) -> None:

@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, int]] = [
     ("extensions.core.bloom", 3),
     ("extensions.core.seeds", 3),
     ("extensions.core.scheduler", 4),
+    ("extensions.core.migration", 4),
     ("extensions.dupefilters", 4),
     ("extensions.downloadermiddlewares", 5),
     ("extensions.spidermiddlewares", 5),

@@ -36,7 +36,7 @@ from extensions.meta import FRONTIER_LEASE
 from extensions.signals import items_stored
 from extensions.utils.hosts import host_partition
 from pipelines.items import PageItem
-from tests.test_scheduler import make_crawler, opened
+from tests.support.scheduler import make_crawler, opened
 from tests.utils import get_crawler, run_redis
 from webcrawl.addon import install_defaults
 from webcrawl.operate import gather_status, reset, set_paused
@@ -534,9 +534,12 @@ def test_two_schedulers_share_a_partitioned_frontier(redis_url: str) -> None:
             await asyncio.sleep(0.01)
         assert Counter(r.url for _, _, r in got) == Counter(urls)
         assert {s for s, _, _ in got} == {a, b}  # both leased
-        for _, c, r in got:
+        for s, c, r in got:
             item = PageItem(url=r.url, final_url=r.url, status=200,
                             fingerprint="00", lease=r.meta[FRONTIER_LEASE])  # fmt: skip
+            # The response's output ended (as the leases spider middleware
+            # reports it) and its item is durable: the lease may end.
+            s.leases.output_ended(r.meta[FRONTIER_LEASE])
             c.signals.send_catch_log(items_stored, items=[item])
         async with aredis.Redis.from_url(redis_url) as client:
             f = PartitionedFrontier(client, "web", P)
@@ -561,7 +564,7 @@ def test_the_spill_caps_and_refills_each_partitions_hosts(
     priority then arrival order per host; their spill counters and refill
     SET live in their own partition's tag (the autouse guard checks every
     commit, refill and confirm script names one slot)."""
-    from tests.test_scheduler import drain
+    from tests.support.scheduler import drain
 
     parts, hosts = 3, []
     for p in range(parts):

@@ -24,6 +24,7 @@ from extensions.downloadermiddlewares.politeness import (
 from extensions.settings.config import SettingsError
 from extensions.utils.hosts import host_key
 from tests.httpserver import Crawl, LogServer, reply
+from tests.support import FLEET
 from tests.utils import get_crawler
 
 if TYPE_CHECKING:
@@ -307,6 +308,7 @@ def site() -> Iterator[LogServer]:
 
 
 @pytest.mark.slow
+@FLEET
 def test_two_workers_share_the_delay_and_robots(
     tmp_path: Path, redis_url: str, site: LogServer
 ) -> None:

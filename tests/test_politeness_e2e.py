@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
-import time
 import urllib.request
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
@@ -18,23 +15,19 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from bench.crawlers import SLACK_MS, expected_requests, politeness_bound, violations
-from demo.fleet import ROOT, push_seeds, worker_env
-from demo.localcrawl import crawl_sandbox
 from sandbox.site import SiteSpec, shared_addresses
+from tests.support import FLEET
+from tests.support.fleet import push_seeds
+from tests.support.localcrawl import crawl_sandbox
+from tests.support.polling import wait_until
+from tests.support.tools import scrapy
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from sandbox.process import SandboxProcess
 
-pytestmark = pytest.mark.slow
-
-
-def wait_for(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+pytestmark = [pytest.mark.slow, FLEET]
 
 
 def pages_of(web: SandboxProcess, host: str) -> list[dict[str, Any]]:
@@ -56,16 +49,9 @@ def mark(web: SandboxProcess, name: str) -> None:
 
 
 def operator(redis_url: str, *args: str) -> str:
-    """Run ``scrapy <args>`` from the project, as an operator would."""
-    done = subprocess.run(
-        [sys.executable, "-m", "scrapy", *args, "-s", f"REDIS_URL={redis_url}"],
-        cwd=ROOT,
-        env=worker_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    """``scrapy <args>`` on the crawl's Redis, as an operator runs it."""
+    done = scrapy(*args, settings={"REDIS_URL": redis_url})
+    assert done.returncode == 0, done.stderr
     return done.stdout
 
 
@@ -183,11 +169,13 @@ def test_a_live_host_delay_takes_effect_fleet_wide(
 
     def operate(procs: list[Any], web: SandboxProcess) -> None:
         push_seeds(redis_url, sorted(web.reachable_urls()))
-        wait_for(lambda: len(pages_of(web, host)) >= 3, 60, "the host's pages")
+        assert wait_until(lambda: len(pages_of(web, host)) >= 3, 60), "no pages"
         seen["set"] = operator(redis_url, "hosts", "set", host, "--delay", "5")
         mark(web, "set")
         before = len(pages_of(web, host))
-        wait_for(lambda: len(pages_of(web, host)) >= before + 3, 30, "3 more pages")
+        assert wait_until(lambda: len(pages_of(web, host)) >= before + 3, 30), (
+            "not 3 more pages"
+        )
         seen["status"] = operator(redis_url, "status")
         seen["show"] = operator(redis_url, "hosts", "show", host, "--json")
         mark(web, "reset")

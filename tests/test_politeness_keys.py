@@ -31,7 +31,7 @@ from extensions.downloadermiddlewares.politeness import (
     PolitenessMiddleware,
 )
 from extensions.utils.hosts import host_partition
-from tests.test_frontier import q, urls
+from tests.support.frontier import q, urls
 from tests.utils import get_crawler, run_redis
 from webcrawl.addon import SCRAPY_THROTTLE, THROTTLE_EXTENSION, Webcrawl
 

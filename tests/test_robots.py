@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
     from extensions.connection.embedded import RedisProcess
 
+# The module's crawl (a fixture) runs once: in one pytest-xdist process.
+pytestmark = pytest.mark.xdist_group("robots")
+
 
 def robots(body: bytes, status: int = 200) -> Route:
     return reply(body, status, Content_Type="text/plain")
@@ -42,6 +45,10 @@ def chain(n: int, final: bytes) -> dict[str, Route]:
     return routes
 
 
+# Seconds a robots.txt fetch may take here: the "timeout" case answers after
+# three times that. (At 0.5 s, the 600 KB and 4.9 MB files did not always
+# arrive in time on a loaded machine, and counted as unreachable.)
+FETCH_TIMEOUT = 2.0
 DISALLOW = b"User-agent: *\nDisallow: /private\n"
 PADDING = b"".join(b"# padding line %06d ..........\n" % i for i in range(20_000))
 rng = random.Random(9309)
@@ -70,7 +77,7 @@ def serve_all(stack: ExitStack) -> dict[str, LogServer]:
         "garbage": {"/robots.txt": robots(GARBAGE)},
         "timeout": {"/robots.txt": reply(b"User-agent: *\nDisallow:\n")},
     }
-    slow = {"timeout": {"/robots.txt": 2.0}}
+    slow = {"timeout": {"/robots.txt": FETCH_TIMEOUT * 3}}
     found = {}
     for name, routes in kinds.items():
         server = LogServer(routes, delays=slow.get(name))
@@ -125,7 +132,7 @@ def robots_crawl(
             tmp_path_factory.mktemp("robots"),
             redis_server.url,
             urls,
-            ROBOTS_FETCH_TIMEOUT=0.5,
+            ROBOTS_FETCH_TIMEOUT=FETCH_TIMEOUT,
             ROBOTS_CRAWL_DELAY_MAX=0.2,
             RETRY_ENABLED=False,
             TEST_ALLOWED_DOMAINS="127.0.0.1,s.test",
@@ -149,11 +156,16 @@ def robots_crawl(
     client.close()
 
 
-def test_refuses_to_run_beside_scrapys_robots() -> None:
-    with pytest.raises(NotConfigured, match="ROBOTSTXT_OBEY"):
+def test_robotstxt_obey_false_means_no_robots() -> None:
+    """Scrapy's meaning (issue 23): ROBOTSTXT_OBEY=False obeys no robots.txt,
+    said in one line (Scrapy logs a NotConfigured reason as a warning)."""
+    with pytest.raises(NotConfigured, match="ROBOTSTXT_OBEY is False"):
         SharedRobotsTxtMiddleware.from_crawler(
-            get_crawler(settings_dict={"ROBOTSTXT_OBEY": True})
+            get_crawler(settings_dict={"ROBOTSTXT_OBEY": False})
         )
+    assert SharedRobotsTxtMiddleware.from_crawler(
+        get_crawler(settings_dict={"ROBOTSTXT_OBEY": True})
+    )
 
 
 def test_can_be_switched_off() -> None:
@@ -264,3 +276,40 @@ def test_stats_count_each_outcome(robots_crawl: RobotsCrawl) -> None:
     assert stats["robotstxt/forbidden"] == 4
     assert stats["robotstxt/failures"] == 4
     assert stats["robotstxt/unreachable_dropped"] == 8
+
+
+def test_robots_parsed_is_sent_and_a_request_is_matched_as_its_user_agent(
+    redis_url: str,
+) -> None:
+    """Scrapy's contract (issue 23): robots_parsed for each robots.txt a
+    worker parses; a request is matched with its own User-Agent header
+    (ROBOTSTXT_USER_AGENT unset), else USER_AGENT."""
+    import asyncio
+
+    from scrapy import Request, signals
+    from scrapy.exceptions import IgnoreRequest
+
+    crawler = get_crawler(settings_dict={"REDIS_URL": redis_url, "USER_AGENT": "kind"})
+    crawler.stats.open_spider()  # type: ignore[union-attr]
+    parsed: list[Any] = []
+    crawler.signals.connect(
+        lambda robotparser, **_: parsed.append(robotparser),
+        signal=signals.robots_parsed,
+        weak=False,
+    )
+    mw = SharedRobotsTxtMiddleware.from_crawler(crawler)
+    host = "http://a.test:80"
+    mw._entries[host] = mw._entry(200, b"User-agent: rude\nDisallow: /\n", 60.0)
+    assert len(parsed) == 1
+
+    async def verdicts() -> list[str]:
+        out = []
+        for headers in ({}, {"User-Agent": "rude"}, {"User-Agent": "polite"}):
+            try:
+                await mw.process_request(Request("http://a.test/x", headers=headers))
+                out.append("allowed")
+            except IgnoreRequest:
+                out.append("forbidden")
+        return out
+
+    assert asyncio.run(verdicts()) == ["allowed", "forbidden", "allowed"]

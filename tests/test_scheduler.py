@@ -9,35 +9,32 @@ an asyncio loop and wait for that task to settle (no Twisted reactor needed).
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis.asyncio as aredis
-from scrapy import Request, Spider, signals
+from scrapy import Request, signals
+from scrapy.http import Response
 
 from extensions.connection.embedded import RedisProcess
 from extensions.core.frontier.frontier import Frontier, QueuedRequest, Worker
 from extensions.core.frontier.serialization import request_to_bytes
 from extensions.core.scheduler import RedisScheduler
 from extensions.meta import FRONTIER_LEASE
-from extensions.signals import items_stored
+from extensions.signals import item_held, items_stored
 from extensions.utils.hosts import host_key
 from pipelines.items import PageItem
-from tests.utils import get_crawler
+from tests.support.scheduler import (
+    drain,
+    make_crawler,
+    opened,
+    pushed,
+    run,
+    wait_for,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
     from pathlib import Path
-
-    from scrapy.crawler import Crawler
-
-
-class ContractSpider(Spider):
-    name = "web"
-
-    def parse(self, response: Any, **kwargs: Any) -> None:  # pragma: no cover
-        pass
 
 
 CONFIGS = [
@@ -47,63 +44,6 @@ CONFIGS = [
         {"FRONTIER_BATCH_SIZE": 8, "FRONTIER_PRIORITY_FUNCTION": ""}, id="raw-priority"
     ),
 ]
-
-
-def make_crawler(redis_url: str, **settings: Any) -> Crawler:
-    crawler = get_crawler(
-        ContractSpider,
-        {
-            "REDIS_URL": redis_url,
-            "SCHEDULER": "extensions.core.scheduler.RedisScheduler",
-            "DUPEFILTER_CLASS": "extensions.dupefilters.BloomDupeFilter",
-            "BLOOM_CAPACITY": 100_000,
-            "FRONTIER_PRIORITY_FUNCTION": "",
-            "FRONTIER_HEARTBEAT_INTERVAL": 0.2,
-            **settings,
-        },
-    )
-    crawler.spider = ContractSpider.from_crawler(crawler)
-    return crawler
-
-
-async def opened(crawler: Crawler) -> RedisScheduler:
-    scheduler = RedisScheduler.from_crawler(crawler)
-    assert crawler.spider is not None
-    await scheduler.open_async(crawler.spider)
-    return scheduler
-
-
-async def pushed(scheduler: RedisScheduler, n: int = 1) -> None:
-    """Wait until ``n`` requests are queued in Redis (the scheduler's stats)."""
-    stats = scheduler.stats
-    await wait_for(lambda: (stats.get_value("scheduler/enqueued/redis") or 0) >= n)
-
-
-async def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
-
-
-async def drain(
-    scheduler: RedisScheduler, n: int, timeout: float = 10.0
-) -> list[Request]:
-    """Take ``n`` requests, waiting for the background task to lease them."""
-    out: list[Request] = []
-    deadline = time.monotonic() + timeout
-    while len(out) < n and time.monotonic() < deadline:
-        request = scheduler.next_request()
-        if request is None:
-            await asyncio.sleep(0.01)
-        else:
-            out.append(request)
-    return out
-
-
-def run(body: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(body())
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -132,11 +72,22 @@ def test_pending_until_outcome_is_durable(
         assert s.has_pending_requests()
         (request,) = await drain(s, 1)
         lease = request.meta[FRONTIER_LEASE]
-        await asyncio.sleep(0.3)
-        # Fetched but not stored: the crawl is not finished.
-        assert s.has_pending_requests()
+        # In the engine's hands: the engine counts it, not the scheduler.
+        await wait_for(lambda: not s.has_pending_requests())
+        # Its response processed, with an item a pipeline holds (as the
+        # leases middleware and the storage pipeline report it): the crawl
+        # is not finished until the item is durable.
         item = PageItem(url=request.url, final_url=request.url, status=200,
                         fingerprint="00", lease=lease)  # fmt: skip
+        s.leases.yielded(lease, item)
+        s.leases.output_ended(lease)
+        crawler.signals.send_catch_log(item_held, item=item)
+        response = Response(request.url, request=request)
+        crawler.signals.send_catch_log(signals.item_scraped, item={}, response=response)
+        await asyncio.sleep(0.3)
+        assert s.has_pending_requests()
+        assert crawler.stats is not None
+        assert not crawler.stats.get_value("scheduler/acked")
         crawler.signals.send_catch_log(items_stored, items=[item])
         await wait_for(lambda: not s.has_pending_requests())
         assert crawler.stats is not None
@@ -231,7 +182,7 @@ def test_redirect_hands_over_its_lease(redis_url: str) -> None:
         child = parent.replace(url="http://a.test/new")  # meta (lease) copied
         s.enqueue_request(child)
         (got,) = await drain(s, 1)
-        assert got.url == "http://a.test/new"
+        assert got.url == child.url
         assert got.meta[FRONTIER_LEASE] != parent.meta[FRONTIER_LEASE]
         stats = crawler.stats
         assert stats is not None
@@ -283,9 +234,9 @@ def test_redirect_to_a_non_canonical_url_is_not_taken_for_refused(
     redis_url: str,
 ) -> None:
     # The engine announces a redirect in request_scheduled, then calls
-    # enqueue_request, which canonicalizes it into a new Request object: the
-    # announcement must be cleared under the object the engine announced,
-    # or the redirect is dead-lettered as refused though it was queued.
+    # enqueue_request: the announcement must be cleared under the object the
+    # engine announced, or the redirect is dead-lettered as refused though it
+    # was queued. It comes back as it was made (issue 23), not canonicalized.
     async def body() -> None:
         crawler = make_crawler(redis_url)
         s = await opened(crawler)
@@ -295,7 +246,7 @@ def test_redirect_to_a_non_canonical_url_is_not_taken_for_refused(
         crawler.signals.send_catch_log(signals.request_scheduled, request=child)
         assert s.enqueue_request(child)
         (got,) = await drain(s, 1)
-        assert got.url == "http://a.test/new"
+        assert got.url == child.url == "http://a.test/new#top"
         await asyncio.sleep(0.05)  # past the announcement check
         stats = crawler.stats
         assert stats is not None
@@ -392,6 +343,56 @@ def test_lost_dupefilter_answer_queues_the_batch(redis_url: str) -> None:
         assert got.url == "http://a.test/1"
         assert crawler.stats is not None
         assert crawler.stats.get_value("scheduler/dedup_uncertain") == 1
+        await s.close_async("finished")
+
+    run(body)
+
+
+def test_requests_come_back_as_they_were_made(redis_url: str) -> None:
+    """Issue 23: the URL as given (not its canonical form), the priority,
+    download_slot, and every one of identical dont_filter requests."""
+
+    async def body() -> None:
+        crawler = make_crawler(redis_url)
+        s = await opened(crawler)
+        made = [
+            Request("http://a.test/p?b=2&a=1&sid=0123456789abcdef", priority=7),
+            Request("http://a.test/same", dont_filter=True),
+            Request("http://a.test/same", dont_filter=True),
+            Request("http://b.test/", meta={"download_slot": "slot-b"}),
+        ]
+        for request in made:
+            assert s.enqueue_request(request)
+        got = await drain(s, 4)
+        assert sorted(r.url for r in got) == sorted(r.url for r in made)
+        by_url = {r.url: r for r in got}
+        assert by_url[made[0].url].priority == 7
+        assert by_url["http://b.test/"].meta["download_slot"] == "slot-b"
+        await s.close_async("finished")
+
+    run(body)
+
+
+def test_a_resumed_crawl_is_pending_right_after_open(redis_url: str) -> None:
+    """Issue 23: a worker resuming a persisted crawl must not look finished
+    (and close) in the instant before its first lease, whatever the spider;
+    a host waiting out its DOWNLOAD_DELAY is pending too."""
+
+    async def body() -> None:
+        first = await opened(make_crawler(redis_url, DOWNLOAD_DELAY=30))
+        first.enqueue_request(Request("http://a.test/1"))
+        first.enqueue_request(Request("http://a.test/2"))
+        await first.close_async("finished")
+        crawler = make_crawler(redis_url, DOWNLOAD_DELAY=30)
+        s = RedisScheduler.from_crawler(crawler)
+        assert crawler.spider is not None
+        await s.open_async(crawler.spider)
+        assert s.has_pending_requests()  # before any lease round
+        assert len(await drain(s, 1)) == 1
+        # Its host now waits out 30 s: not due, but pending.
+        await asyncio.sleep(0.5)
+        assert s.next_request() is None
+        assert s.has_pending_requests()
         await s.close_async("finished")
 
     run(body)

@@ -159,7 +159,10 @@ def test_worker_on_a_silent_redis_exits_within_seconds(
         (["-s", "ROBOTS_MAX_SIZE=0"], ["ROBOTS_MAX_SIZE=0"]),
         (["-s", "FRONTIER_BATCH_SIZE=ten"], ["FRONTIER_BATCH_SIZE=ten", "integer"]),
         (["-a", "max_depth=0"], ["max_depth=0", ">= 1"]),
-        (["-s", "ROBOTSTXT_OBEY=True"], ["ROBOTSTXT_OBEY=True", "ROBOTS_ENABLED"]),
+        (
+            ["-s", "DUPEFILTER_CLASS=builtins.object"],
+            ["DUPEFILTER_CLASS='builtins.object'", "BaseDupeFilter"],
+        ),
         (
             ["-s", "FRONTIER_LEASE_TIMEOUT=5"],
             ["FRONTIER_LEASE_TIMEOUT=5", "FRONTIER_HEARTBEAT_INTERVAL"],

@@ -13,28 +13,21 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
-from scrapy import Request, Spider
+from scrapy import Request
 from scrapy.exceptions import NotConfigured
 from scrapy.http import HtmlResponse
 
-from demo.localcrawl import crawl_sandbox
 from extensions.connection.embedded import RedisProcess
 from extensions.settings import defaults
-from extensions.spidermiddlewares.traps import TrapFilter, path_template
+from extensions.spidermiddlewares.traps import path_template
 from sandbox.site import SiteSpec
-from tests.test_failures_e2e import _dead_letters
-from tests.utils import get_crawler
+from tests.support.localcrawl import crawl_sandbox
+from tests.support.outcomes import dead_letters
+from tests.support.traps import run_output, trap_filter
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
-
-
-def trap_filter(**settings: Any) -> TrapFilter:
-    crawler = get_crawler(Spider, settings_dict=settings)
-    assert crawler.stats is not None
-    crawler.stats.open_spider()
-    return TrapFilter(crawler)
 
 
 def refused(url: str, **settings: Any) -> str | None:
@@ -120,21 +113,6 @@ def test_limits_can_be_lifted() -> None:
         "TRAP_MAX_SEGMENT_REPEATS": 0,
     }
     assert refused("http://a.test/" + "a/" * 2000, **off) is None
-
-
-def run_output(mw: TrapFilter, items: list[Any]) -> list[Any]:
-    response = HtmlResponse("http://a.test/", body=b"<html></html>")
-
-    async def result() -> AsyncIterator[Any]:
-        for item in items:
-            yield item
-
-    async def collect() -> list[Any]:
-        out = [x async for x in mw.process_spider_output(response, result())]
-        await mw.client.aclose()
-        return out
-
-    return asyncio.run(collect())
 
 
 def errback(failure: Any) -> list[dict[str, str]]:
@@ -321,7 +299,7 @@ def test_crawl_of_trap_corners_is_bounded(redis_url: str, tmp_path: Path) -> Non
     assert not set(filtered) & fetched_urls
     assert all(status == 0 for url, status, _ in rows if url in filtered)
     # Store-only: the dead-letter queue holds no budget refusal.
-    dead = _dead_letters(redis_url)
+    dead = dead_letters(redis_url)
     assert not [e for e in dead.values() if e["reason"] == "query_variants"]
 
 

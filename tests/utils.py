@@ -26,6 +26,8 @@ def get_crawler(
     ``default`` priority, as the add-on does (without the add-on's other
     work: it would start an embedded Redis when ``REDIS_URL`` is empty)."""
     settings = dict(settings_dict or {})
+    # The project's own value (webcrawl.settings): robots.txt obeyed.
+    settings.setdefault("ROBOTSTXT_OBEY", True)
     settings["ADDONS"] = {WebcrawlDefaults: 0, **settings.get("ADDONS", {})}
     return scrapy_get_crawler(spidercls, settings)
 

@@ -18,6 +18,12 @@ continuous-crawl extension (:mod:`extensions.extensions.recrawl`) when
 (:mod:`extensions.extensions.throttle`) in place of Scrapy's per-process one
 when ``AUTOTHROTTLE_ENABLED``.
 
+scrapy-redis's settings (:mod:`webcrawl.scrapyredis`): a ``SCHEDULER`` or
+``DUPEFILTER_CLASS`` of another package set above the add-on's priority, or
+scrapy-redis's ``STATS_CLASS``, stops the worker with one line saying what
+to remove (exit 2); a scrapy-redis setting webcrawl ignores is named in one
+warning each, with what replaces it.
+
 A setting given on the command line (``-s``, scrapyd's ``setting=``) that no
 one knows and whose name is close to a known one is named in one warning
 (``did you mean DOWNLOAD_DELAY?``), or stops the worker under
@@ -44,6 +50,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, NoReturn
 
 from scrapy.settings import SETTINGS_PRIORITIES, default_settings
+from scrapy.utils.misc import load_object
 
 import extensions.settings.defaults
 import pipelines.defaults
@@ -60,13 +67,15 @@ from extensions.connection.embedded import (
     webcrawl_home,
 )
 from extensions.core.frontier.frontier import first_partitions
+from extensions.core.scheduler import dupefilter_problem
+from extensions.core.seeds import meta_key_problems
 from extensions.downloadermiddlewares import (
     DOWNLOADER_MIDDLEWARES,
 )
 from extensions.settings import config
 from extensions.spidermiddlewares import SPIDER_MIDDLEWARES
 from pipelines.stores import store_class
-from webcrawl import defaults
+from webcrawl import defaults, scrapyredis
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -77,7 +86,11 @@ logger = logging.getLogger(__name__)
 SCHEDULER = "extensions.core.scheduler.RedisScheduler"
 DUPEFILTER = "extensions.dupefilters.BloomDupeFilter"
 ITEM_PIPELINES = {"pipelines.storage.StoragePipeline": 500}
-EXTENSIONS = {"extensions.extensions.fleetstats.FleetStats": 500}
+EXTENSIONS = {
+    "extensions.extensions.fleetstats.FleetStats": 500,
+    # A scrapy-redis spider's own seed reading off (it does nothing for others).
+    "extensions.extensions.redismixin.RedisMixinSeeds": 500,
+}
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 METRICS_EXTENSION = {"extensions.extensions.metrics.PrometheusMetrics": 500}
 RECRAWL_EXTENSION = {"extensions.extensions.recrawl.Recrawler": 500}
@@ -102,17 +115,22 @@ def guarantee_problems(settings: BaseSettings) -> list[str]:
     """Values each in range that together would switch a guarantee off.
 
     A guarantee (politeness, robots.txt, storage) goes off only through its
-    own ``*_ENABLED`` flag, never as a side effect of another setting.
+    own ``*_ENABLED`` flag (robots.txt also through Scrapy's own
+    ``ROBOTSTXT_OBEY=False``, said in a warning line), never as a side
+    effect of another setting.
     """
     found = []
-    if settings.getbool("ROBOTS_ENABLED") and settings.getbool("ROBOTSTXT_OBEY"):
-        # The shared middleware refuses to run beside Scrapy's, and the
-        # add-on switches Scrapy's off: no robots.txt would be obeyed at all.
-        found.append(
-            "ROBOTSTXT_OBEY=True would switch off the fleet-wide robots.txt "
-            "middleware: leave it False (ROBOTS_ENABLED=True obeys robots.txt), "
-            "or set ROBOTS_ENABLED=False to use Scrapy's own"
-        )
+    dupefilter = settings.get("DUPEFILTER_CLASS")
+    if settings.get("SCHEDULER") == SCHEDULER and dupefilter:
+        try:
+            cls = load_object(dupefilter)
+        except (ImportError, NameError, ValueError) as exc:
+            found.append(f"DUPEFILTER_CLASS={dupefilter!r} cannot be loaded: {exc}")
+        else:
+            if problem := dupefilter_problem(cls):
+                found.append(problem)
+    # A seed that could set webcrawl's own state (a lease, a failure record).
+    found += meta_key_problems(settings.getlist("SEED_META_KEYS"))
     lease = settings.getfloat("FRONTIER_LEASE_TIMEOUT")
     heartbeat = settings.getfloat("FRONTIER_HEARTBEAT_INTERVAL")
     if lease <= heartbeat:
@@ -132,6 +150,7 @@ def known_settings(settings: BaseSettings) -> set[str]:
     ``custom_settings``, the add-on)."""
     known = {name for name in dir(default_settings) if name.isupper()}
     known |= {spec.name for module in DEFAULTS for spec in config.specs(module)}
+    known |= scrapyredis.known()
     project = os.environ.get("SCRAPY_SETTINGS_MODULE")
     if project:
         with contextlib.suppress(ImportError):
@@ -233,8 +252,11 @@ class Webcrawl:
             config.check(settings, *DEFAULTS)
         except config.SettingsError as exc:
             refuse(exc)
-        if problems := guarantee_problems(settings):
-            refuse(config.SettingsError("; ".join(problems)))
+        foreign = scrapyredis.refusals(settings, SCHEDULER, DUPEFILTER)
+        if foreign:
+            refuse(config.SettingsError("; ".join(foreign)))
+        for line in scrapyredis.warnings(settings):
+            logger.warning("%s", line)
         check_typos(settings)
         try:
             store_class(settings)  # a class it cannot load: one line, not 45
@@ -242,12 +264,14 @@ class Webcrawl:
             refuse(exc)
         settings.set("SCHEDULER", SCHEDULER, "addon")
         settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
+        if problems := guarantee_problems(settings):
+            refuse(config.SettingsError("; ".join(problems)))
         # At "addon" priority: a FRONTIER_SPILL_STORE the project or the
         # command line sets (even empty: no spill) wins.
         settings.set("FRONTIER_SPILL_STORE", SPILL_STORE, "addon")
-        # Our robots middleware shares one robots.txt fetch per host across
-        # the fleet and replaces Scrapy's per-process one.
-        settings.set("ROBOTSTXT_OBEY", False, "addon")
+        # ROBOTSTXT_OBEY keeps Scrapy's meaning; our robots middleware obeys
+        # it with one robots.txt fetch per host for the whole fleet, in place
+        # of Scrapy's per-process one (the tables name what each replaces).
         settings["DOWNLOADER_MIDDLEWARES"].update(DOWNLOADER_MIDDLEWARES)
         settings["SPIDER_MIDDLEWARES"].update(SPIDER_MIDDLEWARES)
         if not settings.getbool("ROBOTS_ENABLED"):

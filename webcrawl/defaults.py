@@ -24,13 +24,7 @@ _fetched_documents = frozenset(
     {"pdf", "doc", "docx", "odt", "ods", "odp", "xls", "xlsx", "ppt", "pptx"}
 )
 
-# --- Seeds and the web spider (webcrawl.spiders.web) -------------------------
-# Seconds between polls of the seed list while it is empty.
-SEED_POLL_INTERVAL: Annotated[float, Range(above=0)] = 1.0
-# Seeds taken from the list per poll.
-SEED_BATCH_SIZE: Annotated[int, Range(1, 10_000)] = 100
-# Close after this many seconds with nothing to do (0: run as a service).
-MAX_IDLE_TIME_BEFORE_CLOSE: Annotated[float, Range(0)] = 0
+# --- The web spider (webcrawl.spiders.web) ----------------------------------
 # Domains the crawl stays in (empty: the seeds' hosts, see WEB_SCOPE_SEED_HOSTS).
 WEB_ALLOWED_DOMAINS: list[str] = []
 # Restrict an empty WEB_ALLOWED_DOMAINS to the hosts of the seeds.

@@ -24,9 +24,11 @@ import signal
 import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
 from scrapy.commands import ScrapyCommand
+from scrapy.spiderloader import get_spider_loader
 
 from extensions.connection import (
     TRANSIENT_REDIS_ERRORS,
@@ -45,13 +47,23 @@ from extensions.core.frontier.deadletters import DeadLetters
 from extensions.core.frontier.frontier import PartitionedFrontier, recorded_partitions
 from extensions.core.frontier.hostrecord import HostRecords
 from extensions.core.frontier.overrides import HostConf, HostOverrides
-from extensions.core.seeds import URL_LENGTH_LIMIT, InvalidSeed, parse_seed
+from extensions.core.seeds import (
+    URL_LENGTH_LIMIT,
+    InvalidSeed,
+    SeedSource,
+    parse_seed,
+    seed_counts,
+    seed_source,
+)
 from extensions.extensions.fleetstats import fleet_view
+from extensions.extensions.recrawl import fleet_figures
 from extensions.keys import (
     DEFAULT_CRAWL,
     FrontierKeys,
     bloom_meta,
     crawl_patterns,
+    glob_escape,
+    invalid_seeds,
     invalid_start_urls,
     seed_patterns,
     start_urls,
@@ -63,7 +75,7 @@ from webcrawl.addon import DEFAULTS, install_defaults
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Coroutine, Iterable, Iterator
+    from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 
     import redis.asyncio as aredis
     from scrapy.settings import BaseSettings, Settings
@@ -192,11 +204,8 @@ async def gather_status(
         alive_ms = int(settings.getfloat("FRONTIER_LEASE_TIMEOUT") * 1000)
         fv = await frontier.overview()
         fleet = await fleet_view(client, crawl, alive_ms, frontier)
-        async with client.pipeline(transaction=False) as pipe:
-            pipe.llen(start_urls(crawl))
-            pipe.llen(invalid_start_urls(crawl))
-            pipe.exists(bloom_meta(crawl))
-            seeds, invalid, has_bloom = await pipe.execute()
+        seeds, invalid = await seed_counts(client, seed_source_of(settings, crawl))
+        has_bloom = await client.exists(bloom_meta(crawl))
         memory = await info_per_master(client, "memory")
         bloom = await _bloom(client, settings, crawl) if has_bloom else None
         # The dead-letter queue itself (not the workers' dlq/<reason> stats,
@@ -204,6 +213,7 @@ async def gather_status(
         dlq_by_reason = await DeadLetters(client, crawl, len(frontier.parts)).sizes()
         retries_pending = await frontier.retries()
         overridden = await HostOverrides(client, crawl, len(frontier.parts)).all()
+        recrawl = await fleet_figures(client, crawl)
     finally:
         await client.aclose()
     store = _store(settings)
@@ -237,6 +247,8 @@ async def gather_status(
         "top_hosts": [{"host": h, "queued": n} for h, n in fv.top_hosts],
         "host_overrides": {h: c.as_dict() for h, c in overridden.items()},
         "bloom": bloom,
+        # The continuous crawl's freshness figures (None: no revisit schedule).
+        "recrawl": recrawl.as_dict() if recrawl.pages else None,
         "redis": _memory(memory),
         # The fleet's figure: what every worker wrote to its page store,
         # wherever that is (this machine's WEBCRAWL_HOME may not be the
@@ -361,6 +373,8 @@ def render_status(s: dict[str, Any]) -> str:
         else "  bloom       (not created yet)"
     )
     lines.append(f"  redis       {s['redis']['used_memory_human']} used")
+    if s.get("recrawl"):
+        lines.append(render_recrawl(s["recrawl"]))
     if s["waiting_for_seeds"]:
         lines.append(
             "  NO SEEDS: workers are waiting; push some with `scrapy seed FILE`"
@@ -383,6 +397,37 @@ def render_status(s: dict[str, Any]) -> str:
             "  " + render_override(h, f) for h, f in sorted(s["host_overrides"].items())
         ]
     return "\n".join(lines)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def render_recrawl(r: dict[str, Any]) -> str:
+    """The ``recrawl`` line of ``scrapy status``: known pages, the store's
+    estimated freshness, what the last window's revisits found, the price.
+
+    >>> print(render_recrawl({"pages": 186, "estimated_freshness": 0.873,
+    ...     "window_s": 30.0, "window": {"revisits": 120}, "changed_share": 0.3,
+    ...     "not_modified_share": 0.65, "price_s": 2.5, "target_per_s": 5.2}))
+    ... # doctest: +NORMALIZE_WHITESPACE
+      recrawl     186 known pages, estimated freshness 87%; last 30 s: 120
+                  revisits, 30% changed, 65% answered 304; price 2.5 s for
+                  5.2 revisits/s
+    """
+    price = r.get("price_s")
+    return (
+        f"  recrawl     {_num(r['pages'])} known pages, estimated freshness "
+        f"{_share(r.get('estimated_freshness'))}; last {r['window_s']:.0f} s: "
+        f"{_num(r['window'].get('revisits', 0))} revisits, "
+        f"{_share(r.get('changed_share'))} changed, "
+        f"{_share(r.get('not_modified_share'))} answered 304"
+        + (
+            f"; price {price:.3g} s for {r['target_per_s']:.3g} revisits/s"
+            if price is not None and r.get("target_per_s") is not None
+            else ""
+        )
+    )
 
 
 # -- per-host settings -----------------------------------------------------------
@@ -465,12 +510,15 @@ def render_override(host: str, fields: dict[str, Any]) -> str:
 
 
 def check_seed_lines(
-    lines: Iterable[str | bytes], max_url_length: int = URL_LENGTH_LIMIT
+    lines: Iterable[str | bytes],
+    max_url_length: int = URL_LENGTH_LIMIT,
+    meta_keys: frozenset[str] = frozenset(),
 ) -> tuple[list[str], list[tuple[int, str, str]]]:
     """Valid seed entries, and (line number, line, why) for the invalid ones,
     judged by the parser the workers use (:func:`extensions.core.seeds.parse_seed`)
-    with the same URL length limit. Blank lines and ``#`` comments are skipped;
-    a line of bytes that are not UTF-8 is invalid, as on the seed list.
+    with the same URL length limit and ``SEED_META_KEYS``. Blank lines and
+    ``#`` comments are skipped; a line of bytes that are not UTF-8 is
+    invalid, as on the seed list.
 
     >>> valid, invalid = check_seed_lines(["http://a.test/", "", "# c", "ftp://b/"])
     >>> valid, invalid
@@ -492,7 +540,7 @@ def check_seed_lines(
         if not line or line.startswith("#"):
             continue
         try:
-            parse_seed(line, max_url_length)
+            parse_seed(line, max_url_length, meta_keys)
         except InvalidSeed as exc:
             invalid.append((number, line, str(exc)))
         else:
@@ -503,12 +551,26 @@ def check_seed_lines(
 async def push_seeds(
     settings: BaseSettings, entries: list[str], crawl: str = DEFAULT_CRAWL
 ) -> int:
-    """Push seed entries, first line first out (the list is taken from its tail)."""
+    """Push seed entries onto the crawl's seed key, first line first out (a
+    list is taken from its tail; a zset by priority; a set in no order)."""
     client = client_for(settings)
     try:
-        return await seeds.push_seeds(client, crawl, entries)
+        return await seeds.push_seeds(
+            client, crawl, entries, seed_source_of(settings, crawl)
+        )
     finally:
         await client.aclose()
+
+
+def seed_source_of(settings: BaseSettings, crawl: str) -> SeedSource:
+    """The seed keys of crawl ``crawl`` as its workers read them: the
+    ``redis_key`` of the project's spider of that name, if any, else
+    ``REDIS_START_URLS_KEY``, of the type ``REDIS_START_URLS_AS_SET`` /
+    ``AS_ZSET`` say (:func:`extensions.core.seeds.seed_source`)."""
+    spider: Any = SimpleNamespace(name=crawl)
+    with contextlib.suppress(KeyError):
+        spider = get_spider_loader(settings).load(crawl)
+    return seed_source(spider, settings)
 
 
 # -- pause / resume -------------------------------------------------------------
@@ -529,7 +591,7 @@ async def set_paused(
 # -- reset ---------------------------------------------------------------------
 
 
-def key_kind(crawl: str, key: str) -> str:
+def key_kind(crawl: str, key: str, seed_keys: Sequence[str] = ()) -> str:
     """The kind of a crawl key, for ``scrapy reset``'s count.
 
     >>> key_kind("web", "web:{web}:q:http://a.test:80")
@@ -546,20 +608,26 @@ def key_kind(crawl: str, key: str) -> str:
         return "frontier " + key[len(tagged) :].split(":", 1)[0]
     if key.startswith(f"{crawl}:{{{crawl}:p"):  # another partition's tag
         return "frontier " + key.split("}:", 1)[1].split(":", 1)[0]
-    if key in (start_urls(crawl), invalid_start_urls(crawl)) or any(
-        fnmatchcase(key, p) for p in seed_patterns(crawl)
+    named = {start_urls(crawl), invalid_start_urls(crawl), *seed_keys}
+    named |= {invalid_seeds(k) for k in seed_keys}
+    if key in named or any(
+        fnmatchcase(key, p) for p in seed_patterns(crawl, seed_keys)
     ):
         return "seeds"
     return key[len(crawl) + 1 :].split(":", 1)[0]
 
 
-async def crawl_keys(client: aredis.Redis, crawl: str) -> list[str]:
-    """Every key of the crawl, seed lists included (SCAN, never KEYS)."""
+async def crawl_keys(
+    client: aredis.Redis, crawl: str, seed_keys: Sequence[str] = ()
+) -> list[str]:
+    """Every key of the crawl, seed lists included (those of ``seed_keys``
+    too: a spider's ``redis_key``), SCAN, never KEYS."""
     keys = []
     for pattern in [
         *crawl_patterns(crawl),
-        *seed_patterns(crawl),
-        start_urls(crawl),
+        *seed_patterns(crawl, seed_keys),
+        *(glob_escape(k) for k in {*seed_keys, start_urls(crawl)}),
+        *(glob_escape(invalid_seeds(k)) for k in seed_keys[:1]),
         invalid_start_urls(crawl),
     ]:
         async for key in client.scan_iter(match=pattern, count=1000):
@@ -572,11 +640,12 @@ async def reset(
 ) -> dict[str, int]:
     """Count the crawl's keys by kind; delete them when ``delete``."""
     client = client_for(settings)
+    seed_keys = seed_source_of(settings, crawl).keys
     try:
-        keys = await crawl_keys(client, crawl)
+        keys = await crawl_keys(client, crawl, seed_keys)
         kinds: dict[str, int] = {}
         for key in keys:
-            kind = key_kind(crawl, key)
+            kind = key_kind(crawl, key, seed_keys)
             kinds[kind] = kinds.get(kind, 0) + 1
         if delete:
             for i in range(0, len(keys), 500):

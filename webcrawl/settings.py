@@ -20,6 +20,10 @@ ADDONS = {"webcrawl.addon.Webcrawl": 0}
 # Identify the crawler and give site owners a way to reach us.
 USER_AGENT = WEBCRAWL_USER_AGENT
 
+# Obey robots.txt (fleet-wide: one fetch per host,
+# extensions.downloadermiddlewares.robotstxt).
+ROBOTSTXT_OBEY = True
+
 # Politeness: enforced per host across the whole fleet by the lock middleware
 # and the frontier's host schedule (not per process, as stock Scrapy does).
 DOWNLOAD_DELAY = 1.0
@@ -30,6 +34,11 @@ AUTOTHROTTLE_ENABLED = False
 DOWNLOAD_TIMEOUT = 30
 DOWNLOAD_MAXSIZE = 16 * 1024 * 1024
 DOWNLOAD_WARNSIZE = 4 * 1024 * 1024
+
+# Retries: the failure policy decides when (extensions.utils.failures); Scrapy's
+# RETRY_TIMES bounds how many: room for the policy's largest class (5
+# attempts of a throttled host).
+RETRY_TIMES = 4
 
 # The frontier orders requests; Scrapy's own breadth-first settings would only
 # reorder what the frontier already leased.

@@ -2,10 +2,12 @@
 
 Settings read: ``REDIS_URL`` (Scrapy setting, else the environment variable of
 that name, else the file ``REDIS_URL_FILE`` names; see
-:func:`extensions.settings.config.setting_or_env`) and ``REDIS_CLUSTER``. No
-component starts a process: when ``REDIS_URL`` is empty the webcrawl add-on
+:func:`extensions.settings.config.setting_or_env`), else scrapy-redis's
+``REDIS_HOST``, ``REDIS_PORT``, ``REDIS_DB`` and ``REDIS_PARAMS`` (turned into
+a URL, :mod:`extensions.connection.params`), and ``REDIS_CLUSTER``. No
+component starts a process: when neither names a Redis the webcrawl add-on
 has started the embedded Redis (:mod:`extensions.connection.embedded`) before the
-crawl; without the add-on an empty ``REDIS_URL`` is a
+crawl; without the add-on that is a
 :class:`~extensions.settings.config.SettingsError`.
 
 One asyncio client per crawler, shared by the scheduler, dupefilter, lock
@@ -53,6 +55,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from extensions.connection.params import redis_url_from_params
 from extensions.settings.config import SettingsError, setting_or_env
 from extensions.utils.redact import redact_url
 
@@ -219,12 +222,13 @@ _CLIENT_OPTIONS: dict[str, Any] = {
 
 
 def resolve_redis_url(settings: BaseSettings) -> str:
-    """The Redis URL of the crawl (setting, environment or secret file).
+    """The Redis URL of the crawl (setting, environment or secret file; else
+    the one scrapy-redis's ``REDIS_HOST``/``PORT``/``DB``/``PARAMS`` name).
 
     Never starts a server: this runs on the reactor thread, where a blocking
     subprocess start would stall every download.
     """
-    url = setting_or_env(settings, "REDIS_URL")
+    url = setting_or_env(settings, "REDIS_URL") or redis_url_from_params(settings)[0]
     if not url:
         raise SettingsError(
             "REDIS_URL is not set: set it, or enable the webcrawl add-on "

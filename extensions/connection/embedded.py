@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from scrapy import signals
 
+from extensions.connection.params import params_given
 from extensions.settings import defaults
 from extensions.settings.config import setting_or_env
 
@@ -232,13 +233,14 @@ def find_or_start(home: str | os.PathLike[str] | None = None) -> tuple[str, bool
 def embedded_unless_configured(settings: BaseSettings, priority: str) -> bool:
     """Point ``REDIS_URL`` at the embedded Redis when none is configured.
 
-    A configured Redis (setting, environment or ``REDIS_URL_FILE``) is left
+    A configured Redis (setting, environment or ``REDIS_URL_FILE``, or
+    scrapy-redis's ``REDIS_HOST``/``PORT``/``DB``/``PARAMS``) is left
     alone; otherwise this machine's embedded Redis under ``WEBCRAWL_HOME`` is
     found or started and its URL set at ``priority``. Returns whether this
     call started the server. The add-on and the operator commands both find
     Redis through here, so a worker and ``scrapy status`` agree on it.
     """
-    if setting_or_env(settings, "REDIS_URL"):
+    if setting_or_env(settings, "REDIS_URL") or params_given(settings):
         return False
     url, started = find_or_start(webcrawl_home(settings))
     settings.set("REDIS_URL", url, priority)

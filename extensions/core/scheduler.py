@@ -8,7 +8,8 @@ Settings read (defaults in :mod:`extensions.settings.defaults`):
 ``REDIS_RETRY_MAX``, ``DOWNLOAD_DELAY``, ``BACKOFF_QUIET_PERIOD``, the
 politeness terms of the lease script
 (:func:`extensions.core.frontier.overrides.schedule_terms`),
-``CONCURRENT_REQUESTS``, ``DUPEFILTER_CLASS``, ``SCHEDULER_DEBUG``; the
+``CONCURRENT_REQUESTS``, ``DUPEFILTER_CLASS``, ``SCHEDULER_DEBUG``,
+``DUPEFILTER_DEBUG`` (each seed dropped as seen logged); the
 frontier spill's (:mod:`extensions.core.frontier.spill`): ``FRONTIER_HOST_QUEUE_MAX``,
 ``FRONTIER_MAX_MEMORY``, ``FRONTIER_SPILL_STORE``, ``FRONTIER_SPILL_BATCH``.
 
@@ -41,6 +42,8 @@ A seed request carries its seed-list entry (``meta["seed_taken"]``,
 :data:`extensions.signals.seeds_settled` once the seed's batch is committed
 (or the seed was refused in ``request_scheduled``), so the entry leaves its
 worker's taken list only when a live worker would queue the request anyway.
+A seed the dupefilter drops (the crawl has seen its URL) is counted as
+``seeds/filtered`` and logged with how to crawl it again.
 
 Terminal failures reach the dead-letter queue
 (:mod:`extensions.core.frontier.deadletters`) through
@@ -81,6 +84,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
+from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.defer import Deferred
@@ -100,6 +104,7 @@ from extensions.core.frontier.frontier import (
     Worker,
     worker_id,
 )
+from extensions.core.frontier.lua import PRIORITY_MAX, PRIORITY_MIN
 from extensions.core.frontier.overrides import schedule_terms
 from extensions.core.frontier.scoring import LocalHostCounts
 from extensions.core.frontier.serialization import (
@@ -109,14 +114,17 @@ from extensions.core.frontier.serialization import (
     request_to_bytes,
 )
 from extensions.core.frontier.spill import FrontierSpill
-from extensions.meta import DELAY_META
+from extensions.core.leases import LeaseBook, lease_of, lease_of_response, unwrap
+from extensions.meta import DELAY_META, FAILURE_META
 from extensions.settings import config, defaults
 from extensions.signals import (
     dead_letters_unrecorded,
+    item_held,
     items_stored,
     request_dead,
     seeds_settled,
 )
+from extensions.utils.failures import TrapFiltered, classify_exception
 from extensions.utils.hosts import host_key
 from extensions.utils.url import canonicalize_url
 
@@ -182,12 +190,8 @@ class _Batch:
     #: Seed-list entries of the batch's seeds (``meta.SEED_TAKEN``): settled
     #: once the batch is committed and its refused part spilled.
     seeds: list[str] = field(default_factory=list)
-
-
-def lease_of(obj: Any) -> str | None:
-    """The lease token carried by an item (attribute or mapping key)."""
-    value = obj.get("lease") if isinstance(obj, dict) else getattr(obj, "lease", None)
-    return value if isinstance(value, str) else None
+    #: The batch's seed requests (by id): one the dupefilter drops says why.
+    seed_ids: set[int] = field(default_factory=set)
 
 
 class RedisScheduler(BaseScheduler):
@@ -226,6 +230,11 @@ class RedisScheduler(BaseScheduler):
         # on spacing.
         self.backoff_quiet_ms = int(s.getfloat("BACKOFF_QUIET_PERIOD") * 1000)
         self.debug = s.getbool("SCHEDULER_DEBUG")
+        self.dupefilter_debug = s.getbool("DUPEFILTER_DEBUG")
+        self._said_seed_seen = False
+        # Work due within this many ms keeps a finite crawl open (later work
+        # waits in Redis for the next run): the idle time it would close after.
+        self.horizon_ms = int(s.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE") * 1000)
         path = s.get("FRONTIER_PRIORITY_FUNCTION")
         self.score: Callable[..., int] | None = load_object(path) if path else None
         self.host_counts = LocalHostCounts()
@@ -238,6 +247,11 @@ class RedisScheduler(BaseScheduler):
         self._seen_before: Callable[[Request], bool] | None = getattr(
             self.dupefilter, "seen_before", None
         )
+        # A dupefilter with a batch call (BloomDupeFilter) is asked once per
+        # outbox batch, after the write-ahead; any other BaseDupeFilter
+        # (RFPDupeFilter, BaseDupeFilter...) in enqueue_request, as Scrapy's
+        # own scheduler asks it: it keeps what it saw in this process.
+        self._batch_dedup = callable(getattr(self.dupefilter, "requests_seen", None))
         self.worker = worker_id()
         self.stats = crawler.stats
         self.spider: Spider | None = None
@@ -255,8 +269,12 @@ class RedisScheduler(BaseScheduler):
         self._buffer: deque[tuple[str, Request]] = deque()
         self._memory: deque[Request] = deque()  # requests JSON cannot hold
         self._held: dict[str, float] = {}  # lease -> time leased (monotonic)
+        # What each lease handed to the engine waits for (extensions.core.leases).
+        self.leases = LeaseBook(self._ack)
+        self._failed_output: set[str] = set()  # leases whose output raised
         self._remote_ready = 0
         self._remote_leases = 0
+        self._other_leases = 0  # leases outstanding not held by this worker
         self.paused = False  # the fleet is paused (scrapy pause): lease nothing
         self._next_poll = 0.0
         self._next_heartbeat = 0.0
@@ -272,6 +290,7 @@ class RedisScheduler(BaseScheduler):
         # the requests through the dupefilter again (they are marked seen).
         self._pending: _Batch | None = None
         self._warned_unserializable = False
+        self._warned_clamped = False
         self._wake_warned = False
         self._warned_poison = False
         self._beaten = False  # this worker is in the workers ZSET
@@ -288,6 +307,8 @@ class RedisScheduler(BaseScheduler):
 
     async def open_async(self, spider: Spider) -> None:
         """Open the frontier and the dupefilter; start the background task."""
+        if problem := dupefilter_problem(type(self.dupefilter)):
+            raise TypeError(problem)
         self.spider = spider
         self.client = async_client(self.crawler)
         self.frontier = PartitionedFrontier(
@@ -313,6 +334,8 @@ class RedisScheduler(BaseScheduler):
         sig.connect(self._on_request_dead, signal=request_dead)
         sig.connect(self._on_request_scheduled, signal=signals.request_scheduled)
         sig.connect(self._on_items_stored, signal=items_stored)
+        sig.connect(self._on_item_held, signal=item_held)
+        sig.connect(self._on_item_finished, signal=signals.item_scraped)
         sig.connect(self._on_item_finished, signal=signals.item_dropped)
         sig.connect(self._on_item_finished, signal=signals.item_error)
         sig.connect(self._on_spider_error, signal=signals.spider_error)
@@ -329,6 +352,12 @@ class RedisScheduler(BaseScheduler):
             self.worker,
             self.persist,
         )
+        # Know what Redis holds for the crawl before the engine first asks: a
+        # resumed crawl must not look finished (and close) in the instant
+        # before its first lease. Nothing is leased here: the engine is not
+        # running yet, and a lease held through the rest of its start-up
+        # could expire before its first renewal on a loaded machine.
+        await self._retrying(self._learn_pending)
         self._task = asyncio.ensure_future(self._run())
 
     def close(self, reason: str) -> Deferred[None]:
@@ -384,34 +413,55 @@ class RedisScheduler(BaseScheduler):
             or self._records_left
             or self._pending
             or self._memory
-            or self._held
+            # A request in the engine is the engine's to count; a response
+            # processed whose item a pipeline still holds is ours.
+            or self.leases.holding
             or self._remote_ready
-            or self._remote_leases
+            or self._other_leases
             or self.spill.pending
         )
 
     def enqueue_request(self, request: Request) -> bool:
-        # Under the object the engine announced (request_scheduled), before
-        # canonicalizing makes a new one.
+        # Served back as it was made: the canonical URL is the dupefilter's
+        # key (extensions.dupefilters), never a replacement of the spider's.
         self._announced.pop(id(request), None)
-        canonical = canonicalize_url(request.url)
-        if canonical != request.url:
-            request = request.replace(url=canonical)
+        # A redirect, retry or deferral of a leased request is a copy made
+        # while the leases middleware stood in for its errback.
+        unwrap(request)
+        if not self._batch_dedup and self._request_seen(request):
+            self._redirect_loop(request)
+            return False
         if self._seen_before is not None and self._seen_before(request):
             # A repeat of a fingerprint this worker's dupefilter already
             # answered for (most links of a page): dropped before it is
             # serialized and written ahead. The engine sends request_dropped,
             # which ends a parent's lease as the batch path does.
             self._redirect_loop(request)
+            if meta.SEED_TAKEN in request.meta:
+                self._seed_seen(request)
             return False
         parent = request.meta.pop(meta.FRONTIER_LEASE, None)
         if parent is not None:
             # A redirect or retry of a leased request: the lease is handed
             # over in the script that queues this request.
             self._held.pop(parent, None)
+            self.leases.forget(parent)
         self._outbox.append((request, parent))
         self._wakeup.set()
         return True
+
+    def _request_seen(self, request: Request) -> bool:
+        """Scrapy's own scheduler's question to a dupefilter, and its log."""
+        if request.dont_filter or not self.dupefilter.request_seen(request):
+            return False
+        if type(self.dupefilter).log is not BaseDupeFilter.log:
+            self.dupefilter.log(request, self.spider)  # (BaseDupeFilter's warns)
+        return True
+
+    @property
+    def df(self) -> BaseDupeFilter:
+        """The dupefilter, under the name of Scrapy's own scheduler."""
+        return self.dupefilter
 
     def next_request(self) -> Request | None:
         if len(self._buffer) <= self.buffer_size // 2:
@@ -419,6 +469,7 @@ class RedisScheduler(BaseScheduler):
         if self._buffer:
             lease, request = self._buffer.popleft()
             self._held[lease] = time.monotonic()
+            self.leases.begin(lease)
             request.meta[meta.FRONTIER_LEASE] = lease
             self.stats.inc_value("scheduler/dequeued/redis")
             self.stats.inc_value("scheduler/dequeued")
@@ -442,26 +493,116 @@ class RedisScheduler(BaseScheduler):
 
     def _ack(self, lease: str | None) -> None:
         if lease and self._held.pop(lease, None) is not None:
+            self.leases.forget(lease)
             self._acks.append(lease)
             self._wakeup.set()
 
     def _on_items_stored(self, items: list[Any]) -> None:
         for item in items:
-            self._ack(lease_of(item))
+            self.leases.stored(item)
 
-    def _on_item_finished(self, item: Any, **_: Any) -> None:
-        self._ack(lease_of(item))
+    def _on_item_held(self, item: Any, **_: Any) -> None:
+        self.leases.hold(item)
+
+    def _on_item_finished(self, item: Any, response: Any = None, **_: Any) -> None:
+        self.leases.item_finished(lease_of_response(response))
+
+    # -- how a leased request ended (called by extensions.core.leases) -------------
+
+    def response_reached_spider(self, response: Any) -> None:
+        """A leased response goes to its callback (or errback): a response
+        the failure policy gave up on (a 5xx or 429 out of attempts) is dead
+        letter, filed before its lease can end."""
+        request = response.request
+        record = request.meta.get(FAILURE_META) or {}
+        if record.get("terminal") and record.get("reason"):
+            self._dead_letter(request, str(record["reason"]), status=response.status)
+
+    def download_failed(
+        self,
+        request: Request,
+        exception: BaseException,
+        errback: Callable[..., Any] | None = None,
+    ) -> None:
+        """A leased request's download failed for good: a terminal failure
+        (its class's attempts spent, or a failure no retry can fix) is dead
+        lettered before its lease can end. A request without an errback
+        has no one to record the page: its letter is filed unrecorded, for
+        the page store to record (``dead_letters_unrecorded``)."""
+        if isinstance(exception, TrapFiltered) and not exception.dead_letter:
+            return  # a trap budget's refusal: a filtered record only
+        record = request.meta.get(FAILURE_META) or {}
+        reason = record.get("reason") if record.get("terminal") else None
+        if reason is None and not record:
+            reason = classify_exception(exception)
+        if reason is None:
+            return  # a filter's refusal (robots.txt, offsite): not a failure
+        error = None if record else f"{type(exception).__name__}: {exception}"[:500]
+        self._dead_letter(
+            request, str(reason), error=error, recorded=errback is not None
+        )
+
+    def output_failed(
+        self, request: Request, exc: BaseException, response: Any = None
+    ) -> None:
+        """The callback (or errback) of a leased request raised: the spider
+        could not process what it got. Dead-lettered as ``unparseable``, with
+        no page record (its output stopped, and ``spider_error`` follows);
+        the lease ends once the items it did yield are finished."""
+        lease = lease_of(request)
+        if lease is None:
+            return
+        self._failed_output.add(lease)
+        self._spider_failed(request, lease, exc, response)
+        self.leases.output_ended(lease)
 
     def _on_spider_error(self, failure: Any, response: Any, **_: Any) -> None:
-        if response is not None:
-            request = response.request
-            if request is not None and response.meta.get(meta.FRONTIER_LEASE):
-                error = f"{type(failure.value).__name__}: {failure.value}"[:500]
-                letter = self._letter(request, "unparseable", error)
-                if letter is not None:
-                    letter.status = response.status
-                    self._on_request_dead(letter)
-            self._ack(response.meta.get(meta.FRONTIER_LEASE))
+        lease = lease_of_response(response)
+        if lease is None:
+            return
+        if lease in self._failed_output:
+            self._failed_output.discard(lease)  # filed by output_failed
+            return
+        # Raised before any output (a callback that is not a generator, a
+        # spider middleware's process_spider_input): nothing else will end
+        # the lease.
+        self._spider_failed(response.request, lease, failure.value, response)
+        if self.leases.tracks(lease):
+            self.leases.output_ended(lease)
+        else:
+            self._ack(lease)
+
+    def _spider_failed(
+        self, request: Request, lease: str, exc: BaseException, response: Any
+    ) -> None:
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        status = getattr(response, "status", None)
+        self._dead_letter(request, "unparseable", error=error, status=status,
+                          recorded=False)  # fmt: skip
+
+    def _dead_letter(
+        self,
+        request: Request,
+        reason: str,
+        *,
+        error: str | None = None,
+        status: int | None = None,
+        recorded: bool = True,
+    ) -> None:
+        """File ``request``'s dead letter before its lease can end.
+        ``recorded``: the spider records the page itself (its errback);
+        otherwise the page store is asked to (``dead_letters_unrecorded``)."""
+        try:
+            letter = dead_letter(unwrap(request), self.spider, reason, status=status,
+                                 error=error)  # fmt: skip
+        except UnserializableRequest:
+            return
+        if recorded:
+            self._on_request_dead(letter)
+        else:
+            self._dead_unrecorded.append(letter)
+            self.stats.inc_value(f"dlq/{reason}")
+            self._wakeup.set()
 
     def _on_request_dropped(self, request: Request, **_: Any) -> None:
         self._ack(request.meta.get(meta.FRONTIER_LEASE))
@@ -515,7 +656,7 @@ class RedisScheduler(BaseScheduler):
 
     def _letter(self, request: Request, reason: str, error: str) -> DeadLetter | None:
         try:
-            return dead_letter(request, self.spider, reason, error=error)
+            return dead_letter(unwrap(request), self.spider, reason, error=error)
         except UnserializableRequest:
             return None
 
@@ -678,14 +819,18 @@ class RedisScheduler(BaseScheduler):
                 p.stage = Stage.LOGGED
             if p.stage is Stage.LOGGED:
                 checked = [r for r, _ in p.candidates if not r.dont_filter]
+                if not self._batch_dedup:
+                    checked = []  # asked in enqueue_request already
                 p.stage = Stage.UNCERTAIN
                 seen = iter(
                     await self.dupefilter.requests_seen(checked) if checked else []
                 )
                 p.queued = []
                 for request, queued in p.candidates:
-                    if not request.dont_filter and next(seen):
+                    if checked and not request.dont_filter and next(seen):
                         self._redirect_loop(request)
+                        if id(request) in p.seed_ids:
+                            self._seed_seen(request)
                         self.crawler.signals.send_catch_log(
                             signals.request_dropped, request=request, spider=self.spider
                         )
@@ -784,17 +929,23 @@ class RedisScheduler(BaseScheduler):
         or filtered, in the same script."""
         candidates: list[tuple[Request, QueuedRequest]] = []
         seeds: list[str] = []
+        seed_ids: set[int] = set()
         for request, parent in batch:
             if parent:
                 acks.append(parent)
             seed = request.meta.pop(meta.SEED_TAKEN, None)
             if seed is not None:
                 seeds.append(seed)
+                seed_ids.add(id(request))
             # The retry delay is this queueing's, not the request's: it must
             # not travel on to a redirect or a deferral of the retry.
             delay = int(request.meta.pop(DELAY_META, 0) or 0)
             try:
-                member = request_to_bytes(request, self.spider)
+                # With a dupefilter that passes identical requests (e.g.
+                # BaseDupeFilter), each is its own queue member.
+                member = request_to_bytes(
+                    request, self.spider, unique=not self._batch_dedup
+                )
             except UnserializableRequest as exc:
                 self._unserializable(request, exc)
                 continue
@@ -805,11 +956,51 @@ class RedisScheduler(BaseScheduler):
                 else request.priority
             )
             self.host_counts.add(host)
+            if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+                self._clamped(request, priority)
             candidates.append((request, QueuedRequest(host, priority, member, delay)))
-        return _Batch(candidates, acks, uuid.uuid4().hex[:12], seeds=seeds)
+        return _Batch(
+            candidates, acks, uuid.uuid4().hex[:12], seeds=seeds, seed_ids=seed_ids
+        )
+
+    def _seed_seen(self, request: Request) -> None:
+        """A seed the crawl has seen (pushed again after it was crawled, or
+        queued): dropped by the dupefilter, counted (``seeds/filtered``) and
+        logged with how to crawl it again; the first one, or each one with
+        ``DUPEFILTER_DEBUG``."""
+        self.stats.inc_value("seeds/filtered")
+        if self._said_seed_seen and not self.dupefilter_debug:
+            return
+        self._said_seed_seen = True
+        logger.info(
+            "Seed %s dropped: the crawl has seen it (its dupefilter knows the "
+            'URL). To crawl it again, push it with "dont_filter": true: '
+            '{"url": "%s", "dont_filter": true} (docs/seeds.md)%s',
+            request.url,
+            request.url,
+            ""
+            if self.dupefilter_debug
+            else "; further seeds dropped as seen are counted in seeds/filtered "
+            "(DUPEFILTER_DEBUG logs each)",
+        )
+
+    def _clamped(self, request: Request, priority: int) -> None:
+        """A priority beyond the frontier's range: the request keeps it (it
+        comes back with it), its queue order saturates at the range's end."""
+        self.stats.inc_value("scheduler/priority_clamped")
+        if not self._warned_clamped:
+            self._warned_clamped = True
+            logger.warning(
+                "Priority %s of %s is beyond the frontier's order (%s..%s): it "
+                "is queued at the nearest end, and keeps its priority "
+                "(counted in scheduler/priority_clamped; reported once)",
+                priority, request, PRIORITY_MIN, PRIORITY_MAX,
+            )  # fmt: skip
 
     def _unserializable(self, request: Request, exc: Exception) -> None:
         self.stats.inc_value("scheduler/unserializable")
+        self.stats.inc_value("scheduler/enqueued/memory")
+        self.stats.inc_value("scheduler/enqueued")
         if not self._warned_unserializable:
             logger.warning(
                 "Unable to serialize request %s: %s - it is kept in this worker's "
@@ -826,7 +1017,10 @@ class RedisScheduler(BaseScheduler):
         want = min(self.batch_size, self.buffer_size - len(self._buffer))
         batch = await self.frontier.lease(want)
         # Due work only: a parked host or a later retry is not pending.
-        self._remote_ready = int(batch.wait_ms == 0)
+        # Due work only, or about to be: a host waiting out its spacing, or
+        # anything due within the idle horizon. A host parked for longer, or
+        # a retry due later, is not pending: it waits in Redis.
+        self._remote_ready = int(batch.spaced or 0 <= batch.wait_ms <= self.horizon_ms)
         self._remote_leases = batch.leases_outstanding
         if batch.paused != self.paused:
             if batch.paused:
@@ -861,6 +1055,7 @@ class RedisScheduler(BaseScheduler):
                 bad.append((lease, member, str(exc)))
                 continue
             self._buffer.append((lease, request))
+        self._count_others(batch.leases_outstanding - len(bad))
         if bad:
             # Set aside before the leases end: if this fails, the leases
             # expire and the entries come back to be judged again.
@@ -876,6 +1071,17 @@ class RedisScheduler(BaseScheduler):
         else:
             self._next_poll = now + IDLE_POLL
 
+    async def _learn_pending(self) -> None:
+        """What the crawl holds in Redis, as pending work (no lease taken):
+        queued hosts (due, spaced or parked: the first lease round tells
+        them apart), retries and other workers' leases."""
+        assert self.frontier is not None
+        hosts, leased = await self.frontier.counts()
+        retries = await self.frontier.retries()
+        self._remote_ready = int(bool(hosts or retries))
+        self._remote_leases = leased
+        self._count_others(leased)
+
     async def _heartbeat(self) -> None:
         assert self.frontier is not None
         await self.frontier.beat()
@@ -885,7 +1091,14 @@ class RedisScheduler(BaseScheduler):
         renew += [lease for lease, _ in self._buffer]
         if renew:
             await self.frontier.extend(renew)
-        self._remote_ready, self._remote_leases = await self.frontier.due()
+        ready, self._remote_leases = await self.frontier.due()
+        self._remote_ready = self._remote_ready or ready
+        self._count_others(self._remote_leases)
+
+    def _count_others(self, outstanding: int) -> None:
+        """Leases held by other workers: a worker must not close while they
+        hold work that may come back (its own are in the engine's count)."""
+        self._other_leases = max(0, outstanding - len(self._held) - len(self._buffer))
 
     async def _recover(self) -> None:
         assert self.frontier is not None
@@ -982,6 +1195,28 @@ class RedisScheduler(BaseScheduler):
                 "This Scrapy's engine has no _slot.nextcall: requests leased "
                 "from Redis wait for the engine's heartbeat (up to 5 s)"
             )
+
+
+def dupefilter_problem(cls: type) -> str | None:
+    """Why the scheduler cannot use dupefilter class ``cls``, or None: it
+    serves any ``BaseDupeFilter`` (a ``request_seen(request)``), and
+    :class:`~extensions.dupefilters.BloomDupeFilter`'s batch call.
+
+    >>> from scrapy.dupefilters import RFPDupeFilter
+    >>> dupefilter_problem(RFPDupeFilter) is None
+    True
+    >>> print(dupefilter_problem(object))  # doctest: +ELLIPSIS
+    DUPEFILTER_CLASS='builtins.object' is not allowed: use a scrapy.dupe...
+    """
+    if callable(getattr(cls, "request_seen", None)) or callable(
+        getattr(cls, "requests_seen", None)
+    ):
+        return None
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    return (
+        f"DUPEFILTER_CLASS={name!r} is not allowed: use a "
+        "scrapy.dupefilters.BaseDupeFilter (it has no request_seen())"
+    )
 
 
 def wake_engine(crawler: Crawler) -> bool:

@@ -32,6 +32,9 @@ POLITENESS_MIDDLEWARES: dict[str, int | None] = {
     f"{_HERE}.politeness.PolitenessMiddleware": 950,
 }
 DOWNLOADER_MIDDLEWARES: dict[str, int | None] = {
+    # Outermost: it follows a leased request's failed download to the end of
+    # its errback's output.
+    f"{_HERE}.leases.LeaseDownloaderMiddleware": -1000,
     **POLITENESS_MIDDLEWARES,
     "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
     f"{_HERE}.failurepolicy.FailurePolicyMiddleware": 550,

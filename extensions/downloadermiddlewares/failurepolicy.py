@@ -2,7 +2,16 @@
 
 Settings read (defaults in :mod:`extensions.settings.defaults`):
 ``FAILURE_POLICY_ENABLED``, ``RETRY_DELAY_JITTER``, ``RETRY_DELAY_SCALE``,
-``RETRY_AFTER_MAX``, ``RETRY_THROTTLED_TIME_BUDGET``.
+``RETRY_AFTER_MAX``, ``RETRY_THROTTLED_TIME_BUDGET``; and Scrapy's retry
+settings, which bound what the policy retries (the policy decides when):
+``RETRY_ENABLED`` (False: nothing is retried), ``RETRY_TIMES`` and the
+``max_retry_times`` meta key (at most that many retries, in every class but
+``retry_after``, where the server says when to come back: there only
+``max_retry_times`` bounds them), ``RETRY_HTTP_CODES`` and
+``RETRY_EXCEPTIONS`` (a status or exception not listed is not retried: its
+class's failure is terminal at once) and ``RETRY_PRIORITY_ADJUST`` (added to
+a retry's priority; ``meta["retry_times"]`` counts the retries, as with
+Scrapy's ``RetryMiddleware``).
 
 The policy itself (failure classes, delays, budgets) is pure and lives in
 :mod:`extensions.utils.failures`; this middleware applies it to each failed
@@ -17,6 +26,9 @@ import time
 from typing import TYPE_CHECKING, Self
 
 from scrapy.exceptions import NotConfigured
+from scrapy.utils.misc import load_object
+from scrapy.utils.python import global_object_name
+from scrapy.utils.response import response_status_message
 
 from extensions.meta import DELAY_META, FAILURE_META
 from extensions.meta import HOST_DOWN as HOST_DOWN_META
@@ -59,6 +71,15 @@ class FailurePolicyMiddleware:
             s.getfloat("RETRY_THROTTLED_TIME_BUDGET"),
             s.getfloat("RETRY_DELAY_SCALE"),
         )
+        # Scrapy's retry settings bound the policy (module docstring).
+        self.retry_enabled = s.getbool("RETRY_ENABLED")
+        self.max_retry_times = s.getint("RETRY_TIMES")
+        self.retry_http_codes = frozenset(int(c) for c in s.getlist("RETRY_HTTP_CODES"))
+        self.retry_exceptions = tuple(
+            load_object(e) if isinstance(e, str) else e
+            for e in s.getlist("RETRY_EXCEPTIONS")
+        )
+        self.priority_adjust = s.getint("RETRY_PRIORITY_ADJUST")
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -74,7 +95,13 @@ class FailurePolicyMiddleware:
         if reason is None:
             return response
         retry = self._decide(
-            request, reason, response.status, f"HTTP {response.status}", retry_after
+            request,
+            reason,
+            response.status,
+            f"HTTP {response.status}",
+            retry_after,
+            final=response.status not in self.retry_http_codes,
+            scrapy_reason=response_status_message(response.status),
         )
         return retry if retry is not None else response
 
@@ -82,6 +109,10 @@ class FailurePolicyMiddleware:
         self, request: Request, exception: Exception
     ) -> Request | None:
         reason = classify_exception(exception)
+        if reason is None and isinstance(exception, self.retry_exceptions):
+            # Listed in RETRY_EXCEPTIONS, known to no class: retried as a
+            # connection failure (Scrapy retries whatever the list names).
+            reason = "connection"
         verdict = request.meta.get(HOST_DOWN_META)
         if reason is not None and verdict:
             # Set by the back-off middleware (560): the host is judged down
@@ -92,7 +123,16 @@ class FailurePolicyMiddleware:
             # policy; the errback still classifies a final failure.
             return None
         error = f"{type(exception).__name__}: {exception}"[:500]
-        return self._decide(request, reason, None, error, None, final=bool(verdict))
+        final = bool(verdict) or not isinstance(exception, self.retry_exceptions)
+        return self._decide(
+            request,
+            reason,
+            None,
+            error,
+            None,
+            final=final,
+            scrapy_reason=global_object_name(exception.__class__),
+        )
 
     def _decide(
         self,
@@ -103,14 +143,25 @@ class FailurePolicyMiddleware:
         retry_after: float | None,
         *,
         final: bool = False,
+        scrapy_reason: str = "",
     ) -> Request | None:
-        """``final``: given up whatever the policy (a host verdict)."""
+        """``final``: given up whatever the policy (a host verdict, a status
+        or exception Scrapy's retry settings do not retry); ``scrapy_reason``:
+        the reason Scrapy's RetryMiddleware would count it under."""
         stats = self.crawler.stats
         assert stats is not None
         now = time.time()
         record = request.meta.get(FAILURE_META) or {}
-        decision = self.policy.decide(reason, record, now, retry_after)
-        if final:
+        # A request's own max_retry_times says how many (Scrapy's meaning).
+        exact = request.meta.get("max_retry_times")
+        decision = self.policy.decide(
+            reason,
+            record,
+            now,
+            retry_after,
+            None if exact is None else max(1, int(exact) + 1),
+        )
+        if final or not self._may_retry(request, reason, decision.attempts):
             decision = Decision(reason, False, 0.0, decision.attempts, decision.waited)
         request.meta[FAILURE_META] = failure_record(
             request, decision, now, status, error
@@ -120,17 +171,36 @@ class FailurePolicyMiddleware:
             if reason in POLICIES and POLICIES[reason].retried:
                 stats.inc_value("retry/max_reached")
             logger.info(
-                "Gave up %s after %d attempts (%s: %s)",
+                "Gave up retrying %s after %d attempts (%s: %s)",
                 request.url, decision.attempts, reason, error,
             )  # fmt: skip
             return None
-        # Scrapy's RetryMiddleware's stats names, for dashboards built on them.
+        # Scrapy's RetryMiddleware's stats names, for dashboards built on them
+        # (its reasons too: a status text or an exception's class path).
         stats.inc_value("retry/count")
         stats.inc_value(f"retry/reason_count/{reason}")
+        stats.inc_value(f"retry/reason_count/{scrapy_reason}")
         logger.debug(
             "Retrying %s in %.1f s (%s, attempt %d)",
             request.url, decision.delay, reason, decision.attempts,
         )  # fmt: skip
         meta = dict(request.meta)
         meta[DELAY_META] = round(decision.delay * 1000)
-        return request.replace(dont_filter=True, meta=meta)
+        meta["retry_times"] = decision.attempts  # retries, this one included
+        return request.replace(
+            dont_filter=True,
+            meta=meta,
+            priority=request.priority + self.priority_adjust,
+        )
+
+    def _may_retry(self, request: Request, reason: str, attempts: int) -> bool:
+        """Whether Scrapy's retry settings let a request that failed its
+        ``attempts``-th time be tried again."""
+        if not self.retry_enabled:
+            return False
+        limit = request.meta.get("max_retry_times")
+        if limit is None:
+            if reason == "retry_after":
+                return True  # the server's word, bounded by its time budget
+            limit = self.max_retry_times
+        return attempts <= int(limit)

@@ -1,11 +1,15 @@
 """A robots.txt cache shared by the whole fleet (RFC 9309).
 
-Settings read: ``ROBOTS_ENABLED``, ``ROBOTSTXT_OBEY`` (must be False when this
-middleware is on: it replaces Scrapy's), ``ROBOTSTXT_PARSER``,
+Settings read: ``ROBOTS_ENABLED``, ``ROBOTSTXT_OBEY`` (Scrapy's meaning:
+True obeys robots.txt, here through the fleet's cache in place of Scrapy's
+per-process middleware; False obeys none, said in one warning line),
+``ROBOTSTXT_PARSER``,
 ``ROBOTSTXT_USER_AGENT``, ``USER_AGENT``, ``DOWNLOAD_DELAY``, ``ROBOTS_TTL``,
 ``ROBOTS_MAX_SIZE``, ``ROBOTS_MAX_REDIRECTS``, ``ROBOTS_FETCH_TIMEOUT``,
 ``ROBOTS_RETRY_INITIAL``, ``ROBOTS_RETRY_MAX``, ``ROBOTS_CRAWL_DELAY_MAX``,
-``ROBOTS_SITEMAP_SEEDS``, ``ROBOTS_DOWN_AFTER``, ``ROBOTS_WAIT_MAX``,
+``ROBOTS_SITEMAP_SEEDS`` (with ``REDIS_START_URLS_KEY``,
+``REDIS_START_URLS_AS_SET``, ``REDIS_START_URLS_AS_ZSET``: the seed key the
+sitemaps go to), ``ROBOTS_DOWN_AFTER``, ``ROBOTS_WAIT_MAX``,
 ``FRONTIER_HEARTBEAT_INTERVAL`` (the life of the fetch lock), ``SCHEDULER``,
 ``POLITENESS_MAX_DEFERRALS`` (only without the Redis frontier, see below),
 ``FRONTIER_PARTITIONS`` (where a host's record lives), and through
@@ -46,7 +50,7 @@ from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client, retry_re
 from extensions.connection.locks import TokenLock, new_token
 from extensions.connection.scripts import LUA_NOW_MS, script, server_now_ms
 from extensions.core.frontier.hostrecord import HostRecords
-from extensions.core.seeds import push_seeds
+from extensions.core.seeds import push_seeds, seed_source
 from extensions.downloadermiddlewares import Deferral, deferred_copy
 from extensions.downloadermiddlewares.politeness import HostParked
 from extensions.meta import DELAY_META
@@ -223,15 +227,18 @@ class SharedRobotsTxtMiddleware:
         config.require(s, defaults)
         if not s.getbool("ROBOTS_ENABLED"):
             raise NotConfigured("ROBOTS_ENABLED is False")
-        if s.getbool("ROBOTSTXT_OBEY"):
+        if not s.getbool("ROBOTSTXT_OBEY"):
             raise NotConfigured(
-                "ROBOTSTXT_OBEY is True: set it to False, the shared robots.txt "
-                "middleware replaces Scrapy's (or set ROBOTS_ENABLED=False)"
+                "ROBOTSTXT_OBEY is False: robots.txt is NOT obeyed (set "
+                "ROBOTSTXT_OBEY=True to obey it, through the fleet-wide cache)"
             )
         self.crawler = crawler
         self.partitions = s.getint("FRONTIER_PARTITIONS")
+        # As Scrapy's middleware: ROBOTSTXT_USER_AGENT if set, else each
+        # request's own User-Agent header, else USER_AGENT.
+        self.robots_user_agent = s.get("ROBOTSTXT_USER_AGENT") or None
         self.user_agent = str(
-            s.get("ROBOTSTXT_USER_AGENT")
+            self.robots_user_agent
             or s.get("USER_AGENT")
             or s.get("WEBCRAWL_USER_AGENT")
         )
@@ -329,11 +336,18 @@ class SharedRobotsTxtMiddleware:
             stats.inc_value("robotstxt/unreachable_dropped")
             raise IgnoreRequest("robots.txt unreachable (no frontier to wait in)")
         assert entry.parser is not None
-        if not entry.parser.allowed(request.url, self.user_agent):
+        if not entry.parser.allowed(request.url, self._agent_of(request)):
             stats.inc_value("robotstxt/forbidden")
             logger.debug("Forbidden by robots.txt: %s", request)
             raise IgnoreRequest("Forbidden by robots.txt")
         return None
+
+    def _agent_of(self, request: Request) -> str:
+        """The user agent a request is matched as (see ``__init__``)."""
+        if self.robots_user_agent:
+            return str(self.robots_user_agent)
+        header = request.headers.get(b"User-Agent")
+        return header.decode("latin-1") if header else self.user_agent
 
     # -- the entry of a host ------------------------------------------------
 
@@ -422,6 +436,11 @@ class SharedRobotsTxtMiddleware:
         if classify(status) is Verdict.PARSE:
             parser = build_from_crawler(
                 self._parserimpl, self.crawler, body[: self.max_size]
+            )
+            # Scrapy's signal, sent as its own middleware sends it: once per
+            # robots.txt this worker parses (the fetched file or the cache's).
+            self.crawler.signals.send_catch_log(
+                signal=signals.robots_parsed, robotparser=parser, request=None
             )
         return RobotsEntry(status, parser, time.monotonic() + ttl, ttl, failures)
 
@@ -638,7 +657,9 @@ class SharedRobotsTxtMiddleware:
                     "robotstxt/sitemaps_out_of_scope", len(found) - len(sitemaps)
                 )
             if sitemaps:
-                await push_seeds(self.client, self.prefix, sitemaps)
+                # Onto the spider's own seed key, of its type (a SET, a ZSET).
+                source = seed_source(self.crawler.spider, self.crawler.settings)
+                await push_seeds(self.client, self.prefix, sitemaps, source)
                 stats = self.crawler.stats
                 assert stats is not None
                 stats.inc_value("robotstxt/sitemaps", len(sitemaps))

@@ -49,6 +49,8 @@ from scrapy.exceptions import NotConfigured
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.connection.scripts import LUA_NOW_MS, script, server_now_ms
 from extensions.core.frontier.frontier import PartitionedFrontier, worker_id
+from extensions.core.seeds import SeedSource, seed_counts, seed_source
+from extensions.extensions.recrawl import Figures, fleet_figures
 from extensions.keys import StatsKeys
 from extensions.settings import config, defaults
 
@@ -230,6 +232,28 @@ async def fleet_view(
     return view
 
 
+def recrawl_part(figures: Figures) -> str:
+    """The continuous crawl's part of the fleet line ("" without one).
+
+    >>> from extensions.utils.freshness import Demand, Window
+    >>> f = Figures(Demand({-160: 150, -8: 36}), 2.0, 160.0,
+    ...             Window(30.0, 90, 90, 30, 55), {})
+    >>> recrawl_part(f)
+    '; recrawl: estimated freshness 86%, revisits (30 s) 33% changed, 61% 304'
+    """
+    if not figures.pages:
+        return ""
+    shares = figures.shares()
+    freshness = figures.freshness or 0.0
+    if shares["changed"] is None or shares["not_modified"] is None:
+        return f"; recrawl: estimated freshness {freshness:.0%}, no revisits yet"
+    return (
+        f"; recrawl: estimated freshness {freshness:.0%}, revisits "
+        f"({figures.window.seconds:.0f} s) {shares['changed']:.0%} changed, "
+        f"{shares['not_modified']:.0%} 304"
+    )
+
+
 class FleetStats:
     """Scrapy extension: fold this worker's stats into Redis; log the fleet.
 
@@ -257,6 +281,7 @@ class FleetStats:
         self._samples: deque[tuple[float, int]] = deque()
         self._next_log = 0.0
         self._said_no_seeds = False
+        self._seed_source = SeedSource(())  # set when the spider opens
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._client: aredis.Redis | None = None
@@ -272,6 +297,8 @@ class FleetStats:
 
     def spider_opened(self, spider: Any) -> None:
         self.prefix = spider.name
+        # Where its seeds wait (a scrapy-redis redis_key, SETs, ZSETs).
+        self._seed_source = seed_source(spider, self.crawler.settings)
         # One id per worker across the fleet structures: the scheduler's.
         self.worker = getattr(self._scheduler(), "worker", None) or worker_id()
         self._client = async_client(self.crawler)
@@ -339,11 +366,19 @@ class FleetStats:
         per_s = (pages - before) / max(now - then, 1e-3)
         waiting = self._waiting_for_seeds(counters)
         if waiting and not self._said_no_seeds:
+            assert self._client is not None
+            # Seeds pushed and not taken yet (the feed takes them at its next
+            # poll) are no reason to say there are none: the spider's own seed
+            # keys (a scrapy-redis redis_key, SETs, ZSETs) are counted.
+            source = self._seed_source
+            waiting = not (await seed_counts(self._client, source))[0]
+        if waiting and not self._said_no_seeds:
             self._said_no_seeds = True
             logger.warning(
-                "No seeds: %s:start_urls is empty and the frontier has nothing "
-                "queued; waiting for seeds (push them with `scrapy seed FILE`)",
-                self.prefix,
+                "No seeds: %s empty and the frontier has nothing queued; "
+                "waiting for seeds (push them with `scrapy seed FILE`)",
+                " and ".join(source.keys)
+                + (" is" if len(source.keys) == 1 else " are"),
             )
         args: list[Any] = [
             max(int(self.interval * 3000), self.lease_timeout_ms),
@@ -384,7 +419,8 @@ class FleetStats:
         return when
 
     async def log_line(self) -> None:
-        """One line a person can read: the fleet's rate, depth and leases.
+        """One line a person can read: the fleet's rate, depth and leases, and
+        the continuous crawl's freshness figures when there is one.
 
         The depth is a pipelined ZCARD per queued host (O(hosts)), once per
         ``LOGSTATS_INTERVAL``: fine for monitoring, never on the hot path."""
@@ -394,12 +430,13 @@ class FleetStats:
         )
         queued = await self._frontier.queued()
         hosts, leased = await self._frontier.counts()
+        recrawl = await fleet_figures(self._client, self.prefix)
         r = view.rates["pages"]
         dlq = sum(v for k, v in view.totals.items() if k.startswith(DLQ_PREFIX))
         logger.info(
             "Fleet: %s workers, %.1f pages/s (1m) %.1f (5m) %.1f (15m), "
             "%s pages stored; frontier: %s requests queued over %s hosts, "
-            "%s leased%s",
+            "%s leased%s%s",
             len(view.workers),
             r["1m"],
             r["5m"],
@@ -409,4 +446,5 @@ class FleetStats:
             hosts,
             leased,
             f", DLQ {dlq}" if dlq else "",
+            recrawl_part(recrawl),
         )

@@ -18,8 +18,8 @@ reactor (how late it fires).
 
 Every metric is named ``webcrawl_*`` and documented in :data:`METRICS`;
 counters are this worker's since it started (Prometheus sums them over
-workers and turns them into rates), gauges named ``frontier`` are the whole
-crawl's.
+workers and turns them into rates), gauges named ``frontier`` and
+``recrawl`` are the whole crawl's (read from Redis).
 
 Settings read: ``METRICS_PORT``, ``METRICS_HOST``, ``METRICS_PORT_TRIES``,
 ``METRICS_REFRESH_INTERVAL``, ``BLOOM_CAPACITY`` and ``BLOOM_GROWTH`` (the
@@ -46,6 +46,7 @@ from twisted.internet import task
 
 from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
 from extensions.core.frontier.frontier import PartitionedFrontier
+from extensions.extensions.recrawl import fleet_figures
 from extensions.settings import config, defaults
 
 if TYPE_CHECKING:
@@ -108,6 +109,17 @@ METRICS: dict[str, tuple[str, str]] = {
     "webcrawl_event_loop_lag_max_seconds": (
         "gauge", "How late the reactor ran a 1-second timer, worst tick"),
     "webcrawl_start_time_seconds": ("gauge", "Unix time the worker opened"),
+    "webcrawl_recrawl_revisits": ("counter", "Revisits stored (continuous crawl)"),
+    "webcrawl_recrawl_changed": ("counter", "Revisits that found the page changed"),
+    "webcrawl_recrawl_not_modified": ("counter", "Revisits answered 304"),
+    "webcrawl_recrawl_estimated_freshness": (
+        "gauge", "Estimated share of the known pages whose copy is fresh (crawl)"),
+    "webcrawl_recrawl_changed_share": (
+        "gauge", "Share of the revisits that found a change, last window (crawl)"),
+    "webcrawl_recrawl_not_modified_share": (
+        "gauge", "Share of the revisits answered 304, last window (crawl)"),
+    "webcrawl_recrawl_price_seconds": (
+        "gauge", "Price of a fetch the revisit schedule last solved (crawl)"),
 }  # fmt: skip
 
 # Counters read straight from one Scrapy stats key.
@@ -125,7 +137,18 @@ _SIMPLE_COUNTERS = {
     "webcrawl_retries_exhausted": "retry/max_reached",
     "webcrawl_storage_retries": "storage/retries",
     "webcrawl_log_errors": "log_count/ERROR",
+    "webcrawl_recrawl_revisits": "recrawl/revisited",
+    "webcrawl_recrawl_changed": "recrawl/changed",
+    "webcrawl_recrawl_not_modified": "recrawl/not_modified",
 }
+# Gauges of the continuous crawl's figures in Redis (extensions.extensions.recrawl),
+# refreshed with the frontier's.
+RECRAWL_GAUGES = (
+    "webcrawl_recrawl_estimated_freshness",
+    "webcrawl_recrawl_changed_share",
+    "webcrawl_recrawl_not_modified_share",
+    "webcrawl_recrawl_price_seconds",
+)
 # Counters summed over the stats keys under a prefix, labelled by the rest.
 _LABELLED_COUNTERS = {
     "webcrawl_duplicates": ("storage/duplicates/", "kind"),
@@ -248,6 +271,7 @@ class WorkerCollector(Collector):
             "webcrawl_event_loop_lag_seconds",
             "webcrawl_event_loop_lag_max_seconds",
             "webcrawl_start_time_seconds",
+            *RECRAWL_GAUGES,
         ):
             yield self._gauge(name, gauges.get(name))
 
@@ -365,6 +389,18 @@ class PrometheusMetrics:
                 "webcrawl_frontier_leases": float(leases),
             }
         )
+        recrawl = await fleet_figures(frontier.client, frontier.prefix)
+        if recrawl.pages:
+            shares = recrawl.shares()
+            values = {
+                "webcrawl_recrawl_estimated_freshness": recrawl.freshness,
+                "webcrawl_recrawl_changed_share": shares["changed"],
+                "webcrawl_recrawl_not_modified_share": shares["not_modified"],
+                "webcrawl_recrawl_price_seconds": recrawl.price,
+            }
+            for name, value in values.items():
+                if value is not None:
+                    self.gauges[name] = float(value)
         self._redis_failed = False
 
     def spider_closed(self, spider: Spider) -> None:

@@ -175,6 +175,8 @@ class Spec:
             return settings.getint(self.name, self.default)
         if self.type is float:
             return settings.getfloat(self.name, self.default)
+        if self.type is dict:
+            return settings.getdict(self.name, self.default)
         if self.type is list:
             values = settings.getlist(self.name, self.default)
             if self.rule is not None and values and isinstance(self.default, list):
@@ -185,9 +187,9 @@ class Spec:
         return "" if value is None else str(value)
 
     def type_name(self) -> str:
-        return {bool: "True or False", int: "an integer", float: "a number"}.get(
-            self.type, "a list" if self.type is list else "a string"
-        )
+        names = {bool: "True or False", int: "an integer", float: "a number"}
+        names |= {list: "a list", dict: "a dict"}
+        return names.get(self.type, "a string")
 
 
 def specs(module: ModuleType) -> list[Spec]:

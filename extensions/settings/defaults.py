@@ -16,13 +16,21 @@ Components used without the add-on get these defaults with
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from extensions.settings.config import AnyOf, Each, Range, Spec
 
 # --- Connections --------------------------------------------------------------
-# Redis shared by the fleet; empty: the embedded redis-server under WEBCRAWL_HOME.
+# Redis shared by the fleet; empty: REDIS_HOST/PORT/DB/PARAMS if any is set, else the embedded redis-server under WEBCRAWL_HOME.
 REDIS_URL = ""
+# Redis host when REDIS_URL is empty (scrapy-redis's setting; localhost when only REDIS_PORT, REDIS_DB or REDIS_PARAMS is set).
+REDIS_HOST = ""
+# Redis port when REDIS_URL is empty (scrapy-redis's setting).
+REDIS_PORT: Annotated[int, Range(1, 65535)] = 6379
+# Redis database when REDIS_URL is empty (scrapy-redis's setting).
+REDIS_DB: Annotated[int, Range(0)] = 0
+# Client options when REDIS_URL is empty (scrapy-redis's setting): password, username, ssl, ssl_*, socket_timeout, socket_connect_timeout... (docs/migrating-from-scrapy-redis.md).
+REDIS_PARAMS: dict[str, Any] = {}
 # Directory of embedded state (embedded Redis data, SQLite page store).
 WEBCRAWL_HOME = ".webcrawl"
 # Seconds between tries while Redis is unreachable (doubles up to the cap).
@@ -58,17 +66,33 @@ FRONTIER_SPILL_STORE = ""
 # Spilled requests moved back per refill; a host is refilled when its queue is shorter.
 FRONTIER_SPILL_BATCH: Annotated[int, Range(1, 100_000)] = 500
 
+# --- Seeds and idling, for any spider (extensions.core.seeds, extensions.spidermiddlewares.seeds) -----
+# Seconds between polls of the seed list while it is empty.
+SEED_POLL_INTERVAL: Annotated[float, Range(above=0)] = 1.0
+# Seeds taken from the list per poll.
+SEED_BATCH_SIZE: Annotated[int, Range(1, 10_000)] = 100
+# Close after this many seconds with nothing to do (0: run as a service).
+MAX_IDLE_TIME_BEFORE_CLOSE: Annotated[float, Range(0)] = 0
+# Seed key of a spider without a redis_key attribute, %(name)s: the spider's name (scrapy-redis's setting).
+REDIS_START_URLS_KEY = "%(name)s:start_urls"
+# The seed keys are SETs (scrapy-redis's setting; taken reliably, in no order).
+REDIS_START_URLS_AS_SET = False
+# The seed keys are ZSETs (scrapy-redis's setting; taken reliably, highest score first).
+REDIS_START_URLS_AS_ZSET = False
+# Keys a seed's "meta" may set on its request itself, control keys (proxy, cookiejar...) included; any other key goes under meta["user"].
+SEED_META_KEYS: list[str] = []
+
 # --- Continuous crawling (extensions.extensions.recrawl) ---------------------------------
 # Revisit every stored page: a next-visit time per page, conditional GET, a revisit policy.
 RECRAWL_ENABLED = False
 # Shortest revisit interval of a page, seconds.
 RECRAWL_MIN_INTERVAL: Annotated[float, Range(above=0)] = 3600.0
-# First revisit interval of a page without a Cache-Control/Expires/sitemap hint, seconds.
+# First revisit interval of a page the crawl knows nothing about yet (no Cache-Control/Expires hint), seconds.
 RECRAWL_DEFAULT_INTERVAL: Annotated[float, Range(above=0)] = 86400.0
 # Longest revisit interval of a page, seconds.
 RECRAWL_MAX_INTERVAL: Annotated[float, Range(above=0)] = 2_592_000.0
-# Budgeted policy's price of a fetch, seconds: pages estimated to change more often are not chased.
-RECRAWL_GIVE_UP_INTERVAL: Annotated[float, Range(above=0)] = 7200.0
+# Largest share of the fleet's fetches spent on revisits while it is saturated (the rest is left to new URLs).
+RECRAWL_REVISIT_SHARE: Annotated[float, Range(above=0, high=1)] = 1.0
 # Dotted path of the policy function(visit, bounds) -> next interval in seconds.
 RECRAWL_POLICY = "extensions.extensions.recrawl.budgeted_interval"
 # Class path of a store for next visits beyond RECRAWL_WINDOW (empty: the whole schedule in Redis).
@@ -95,7 +119,7 @@ POLITENESS_MAX_WAIT: Annotated[float, Range(0)] = 30.0
 POLITENESS_MAX_DEFERRALS: Annotated[int, Range(0)] = 3
 # User agent identifying webcrawl with a contact (set USER_AGENT to it).
 WEBCRAWL_USER_AGENT = "webcrawl/0.1 (+https://example.com/webcrawl)"
-# Obey robots.txt through the fleet-wide cache (ROBOTSTXT_OBEY must then be False).
+# Obey robots.txt (when ROBOTSTXT_OBEY) through the fleet-wide cache, in place of Scrapy's middleware.
 ROBOTS_ENABLED = True
 # Seconds a fetched robots.txt is cached for the whole fleet.
 ROBOTS_TTL: Annotated[float, Range(above=0)] = 86400.0

@@ -26,14 +26,18 @@ from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
 from scrapy import Request
-from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.exceptions import NotConfigured
 from twisted.python.failure import Failure
 
 from extensions import keys
 from extensions.connection import async_client, retry_redis
 from extensions.connection.scripts import run_pipelined, script
+from extensions.core.frontier.deadletters import dead_letter
 from extensions.core.frontier.overrides import HostOverrides, OverridesCache
+from extensions.core.frontier.serialization import UnserializableRequest
 from extensions.settings import config, defaults
+from extensions.signals import request_dead
+from extensions.utils.failures import TrapFiltered
 from extensions.utils.hosts import host_key, hostname_of
 
 if TYPE_CHECKING:
@@ -63,20 +67,6 @@ _RUN = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 # hashes or part numbers anyway).
 TOKEN_MIN_CHARS = 10
 TOKEN_MAX_MEAN_RUN = 3.0
-
-
-class TrapFiltered(IgnoreRequest):
-    """A request refused by a trap limit; ``reason`` names the limit.
-
-    ``dead_letter`` False: the refusal is recorded in the page store only (a
-    filtered record), not in the dead-letter queue, whose entries live in
-    Redis memory: a trap budget may refuse millions of URLs.
-    """
-
-    def __init__(self, reason: str, detail: str, *, dead_letter: bool = True) -> None:
-        self.reason = reason
-        self.dead_letter = dead_letter
-        super().__init__(f"{reason}: {detail}")
 
 
 def path_segments(path: str) -> list[str]:
@@ -310,6 +300,16 @@ class TrapFilter:
         """Count the refusal and return what the request's errback makes of it."""
         self._count(exc.reason)
         logger.debug("Trap filter refused %s: %s", request.url[:200], exc)
+        if exc.dead_letter:
+            error = f"{type(exc).__name__}: {exc}"[:500]
+            try:
+                letter = dead_letter(
+                    request, self.crawler.spider, exc.reason, error=error
+                )
+            except UnserializableRequest:
+                pass
+            else:
+                self.crawler.signals.send_catch_log(request_dead, letter=letter)
         if request.errback is None:
             return ()
         failure = Failure(exc)

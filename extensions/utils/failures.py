@@ -3,7 +3,15 @@
 Settings read (defaults in :mod:`extensions.settings.defaults`):
 ``FAILURE_POLICY_ENABLED``,
 ``RETRY_DELAY_JITTER``, ``RETRY_DELAY_SCALE``, ``RETRY_AFTER_MAX``,
-``RETRY_THROTTLED_TIME_BUDGET``.
+``RETRY_THROTTLED_TIME_BUDGET``; and Scrapy's retry settings, which bound
+what the policy retries (the policy decides when): ``RETRY_ENABLED`` (False:
+nothing is retried), ``RETRY_TIMES`` and the ``max_retry_times`` meta key
+(at most that many retries, in every class but ``retry_after``, where the
+server says when to come back: there only ``max_retry_times`` bounds them),
+``RETRY_HTTP_CODES`` and ``RETRY_EXCEPTIONS`` (a status or exception not
+listed is not retried: its class's failure is terminal at once) and
+``RETRY_PRIORITY_ADJUST`` (added to a retry's priority; ``meta["retry_times"]``
+counts the retries, as with Scrapy's ``RetryMiddleware``).
 
 Every failed download is put in one *failure class* (:func:`classify`), and
 the class's :class:`Policy` says whether it is retried, after how long (an
@@ -290,11 +298,13 @@ class FailurePolicy:
         record: dict[str, Any],
         now: float,
         retry_after: float | None = None,
+        max_attempts: int | None = None,
     ) -> Decision:
         """``record`` is the request's failure record so far (``attempts``,
         ``first``, ``waited``); the decision counts this failure. The time
         spent is the later of the clock since the first failure and the sum
-        of the delays scheduled (a retry cannot come before its due time)."""
+        of the delays scheduled (a retry cannot come before its due time).
+        ``max_attempts``: in place of the class's own attempt count."""
         attempts = int(record.get("attempts", 0)) + 1
         first = float(record.get("first") or now)
         waited = float(record.get("waited") or 0.0)
@@ -309,7 +319,8 @@ class FailurePolicy:
             delay = backoff_delay(
                 policy, attempts, self.jitter, random.uniform(-1.0, 1.0)
             )
-        out_of_attempts = policy.attempts and attempts >= policy.attempts
+        limit = policy.attempts if max_attempts is None else max_attempts
+        out_of_attempts = limit and attempts >= limit
         spent = max(now - first, waited) + delay
         out_of_time = policy.budget and spent > policy.budget
         if out_of_attempts or out_of_time:
@@ -412,3 +423,17 @@ class HostDown(DownloadConnectionRefusedError):
     middleware raises it; the failure policy treats it as a connection
     failure; the circuit breaker does not count it again, but the host-down
     verdict of ``HOST_DOWN_AFTER`` is judged on it)."""
+
+
+class TrapFiltered(IgnoreRequest):
+    """A request refused by a trap limit; ``reason`` names the limit.
+
+    ``dead_letter`` False: the refusal is recorded in the page store only (a
+    filtered record), not in the dead-letter queue, whose entries live in
+    Redis memory: a trap budget may refuse millions of URLs.
+    """
+
+    def __init__(self, reason: str, detail: str, *, dead_letter: bool = True) -> None:
+        self.reason = reason
+        self.dead_letter = dead_letter
+        super().__init__(f"{reason}: {detail}")

@@ -26,13 +26,23 @@ Settings read: none.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scrapy import Request
+
 import re
 from functools import lru_cache
 from urllib.parse import unquote_plus, urljoin, urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url as _w3lib_canonicalize_url
 
-__all__ = ["SESSION_PARAMS", "TRACKING_PARAMS", "canonicalize_url"]
+__all__ = [
+    "SESSION_PARAMS",
+    "TRACKING_PARAMS",
+    "canonical_request",
+    "canonicalize_url",
+]
 
 #: Query parameters that identify a click or a campaign, never a resource
 #: (compared lowercased). Any parameter starting with ``utm_`` goes too.
@@ -183,3 +193,16 @@ def _canonical(url: str) -> str:
     path = _PATH_SESSION_RE.sub("", parts.path)
     query = _strip_query(parts.query)
     return urlunsplit((parts.scheme, netloc, path, query, ""))
+
+
+def canonical_request(request: Request) -> Request:
+    """``request`` with its URL in canonical form: what a dupefilter
+    fingerprints (the canonical URL is the dedup key beside a request, never
+    a replacement of the URL it is fetched with).
+
+    >>> from scrapy import Request
+    >>> canonical_request(Request("http://A.test/p?b=2&a=1")).url
+    'http://a.test/p?a=1&b=2'
+    """
+    canonical = canonicalize_url(request.url)
+    return request if canonical == request.url else request.replace(url=canonical)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import UsageError
 
-from extensions.core.seeds import seed_url_limit
+from extensions.core.seeds import seed_meta_keys, seed_url_limit
 from webcrawl.operate import OperatorCommand, check_seed_lines, push_seeds
 
 if TYPE_CHECKING:
@@ -28,8 +28,10 @@ class Command(OperatorCommand):
 
     def long_desc(self) -> str:
         return (
-            "Push seeds onto the crawl's seed list, first line first. A line is a "
-            'URL or a JSON object {"url": ..., "priority": ..., "meta": {...}}; '
+            "Push seeds onto the crawl's seed key (its spider's redis_key, else "
+            "REDIS_START_URLS_KEY; a set or zset with REDIS_START_URLS_AS_SET / "
+            "AS_ZSET), first line first. A line is a URL or a JSON object "
+            '{"url": ..., "priority": ..., "meta": {...}, "dont_filter": ...}; '
             "blank lines and # comments are skipped. Invalid lines (not UTF-8 "
             "among them) are reported with their line number and not pushed; the "
             "exit status is then 1 (2: FILE cannot be read)."
@@ -49,8 +51,10 @@ class Command(OperatorCommand):
         # Bytes: a line that is not UTF-8 is refused as the seed list refuses
         # it, not pushed with its bytes replaced.
         lines = data.splitlines()
-        limit = seed_url_limit(self.crawl_settings())  # the spider's limit
-        valid, invalid = check_seed_lines(lines, limit)
+        settings = self.crawl_settings()  # the spider's limit and meta keys
+        valid, invalid = check_seed_lines(
+            lines, seed_url_limit(settings), seed_meta_keys(settings)
+        )
         for number, line, why in invalid:
             print(f"{args[0]}:{number}: {why}: {line[:200]}", file=sys.stderr)
         pushed = self.call(push_seeds, valid, opts.crawl) if valid else 0

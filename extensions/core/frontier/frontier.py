@@ -89,6 +89,7 @@ class LeaseBatch:
     leases_outstanding: int  # across the whole fleet
     poisoned: int = 0  # malformed entries moved to the poison list
     paused: bool = False  # the fleet is paused (scrapy pause): nothing leased
+    spaced: bool = False  # a host (not parked) waits out its politeness spacing
 
 
 @dataclass
@@ -319,7 +320,7 @@ class Frontier:
                 w.slots,
             ],
         )
-        items: list[bytes] = list(res[6:])
+        items: list[bytes] = list(res[7:])
         leases = [(items[i].decode(), items[i + 1]) for i in range(0, len(items), 2)]
         return LeaseBatch(
             leases,
@@ -329,6 +330,7 @@ class Frontier:
             int(res[3]),
             int(res[4]),
             bool(res[5]),
+            bool(res[6]),
         )
 
     async def release(self, lease_ids: Sequence[str]) -> int:
@@ -819,6 +821,7 @@ class PartitionedFrontier:
             sum(b.leases_outstanding for b in self._last),
             poisoned,
             any(b.paused for b in self._last),
+            any(b.spaced for b in self._last),
         )
 
     async def release(self, lease_ids: Sequence[str]) -> int:

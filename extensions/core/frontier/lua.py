@@ -210,6 +210,9 @@ end
 
 
 # --- Queues, leases, poison ---------------------------------------------------
+# Hosts with a future ready time the lease script looks at to find one that
+# waits out its spacing rather than a park (breaker, Retry-After).
+SPACED_LOOKAHEAD = 16
 # Poison records kept (the newest); an entry is cut to POISON_ENTRY_KEEP bytes.
 POISON_KEEP = 10_000
 POISON_ENTRY_KEEP = 4096
@@ -604,11 +607,15 @@ return {n, poisoned, reclaimed}
 # Returns {reclaimed, ms until the next host or delayed retry is ready
 #          (-1: none queued),
 #          hosts ready, leases outstanding, entries poisoned, paused (0/1),
+#          spaced (1: a host not parked waits out its spacing),
 #          id1, request1, id2, request2, ...}
 LEASE_LUA = (
     LUA_SCHEDULE_HOST
     + LUA_HOST_CONF
     + LUA_IP_SCHEDULE
+    + f"""
+local SPACED_LOOKAHEAD = {SPACED_LOOKAHEAD}
+"""
     + """
 local ready, leases, ldata, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 pkey = KEYS[5]
@@ -697,8 +704,21 @@ for _, zset in ipairs({ready, KEYS[7]}) do
     if wait < 0 or w < wait then wait = w end
   end
 end
+-- A host waiting out only its spacing (not parked: its score is its `next`)
+-- is work about to come, however far its crawl delay; the soonest few
+-- hosts are looked at, parked ones skipped.
+local spaced = 0
+local soon = redis.call('ZRANGEBYSCORE', ready, '(' .. now, '+inf', 'WITHSCORES',
+                        'LIMIT', 0, SPACED_LOOKAHEAD)
+for i = 1, #soon, 2 do
+  local rec = host_record(hprefix .. soon[i], on_key)
+  if rec.park < tonumber(soon[i + 1]) then
+    spaced = 1
+    break
+  end
+end
 local res = {reclaimed, wait, redis.call('ZCARD', ready), redis.call('ZCARD', leases),
-             poisoned, paused}
+             poisoned, paused, spaced}
 for _, v in ipairs(out) do res[#res + 1] = v end
 return res
 """

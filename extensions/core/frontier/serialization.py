@@ -7,22 +7,32 @@ in front as plain text::
     https://a.test/page            a GET with nothing else to say
     https://a.test/p\\n{"m":{"depth":2}}   anything else: a short JSON tail
 
-Priority is left out as well: the frontier keeps it in the ZSET score. This
-keeps a typical queued page request under 200 bytes of Redis memory, ZSET
-overhead included (see ``bench/RESULTS.md``). JSON means a shared Redis
+The request comes back as it was made: its URL as given (the canonical
+form is the dupefilter's key, never a replacement), method, body, headers,
+``priority`` (``"p"``, when not 0: the ZSET score holds the *scored*
+priority, which orders the queue), meta (``download_slot`` included) and
+``dont_filter``. A ``dont_filter`` request carries a random ``"u"`` so that
+identical ones stay distinct members of their host's queue (each is
+scheduled, as ``dont_filter`` says). This keeps a typical queued page
+request under 200 bytes of Redis memory, ZSET overhead included (see
+``bench/RESULTS.md``). JSON means a shared Redis
 holds data, not code: anyone who can write to it cannot run code in workers.
 Decoding keeps it that way: a stored request class must be one of
 :data:`REQUEST_CLASSES` (Scrapy would import any dotted path it is given), and
 a callback or errback must name a public method the spider itself defines
-(or ``parse``); anything else raises :class:`CorruptEntry`.
+(or ``parse``), a method of the spider's own code (private ones too), or
+``CrawlSpider``'s rule callbacks (``_callback``, ``_errback``); anything else
+raises :class:`CorruptEntry`.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from scrapy import Request, Spider
+from scrapy.spiders import CrawlSpider
 from scrapy.utils.request import request_from_dict
 
 from extensions.meta import FRONTIER_LEASE
@@ -55,10 +65,17 @@ _SHORT = {
     "flags": "F",
     "cb_kwargs": "a",
     "_class": "C",
+    "priority": "p",
 }
 _LONG = {v: k for k, v in _SHORT.items()}
 # Meta keys never stored: per-attempt state that must not survive a re-queue.
-TRANSIENT_META = frozenset({"download_slot", "download_latency", FRONTIER_LEASE})
+TRANSIENT_META = frozenset({"download_latency", FRONTIER_LEASE})
+# JSON key of a dont_filter request's random tag (see the module docstring).
+UNIQUE = "u"
+# Scrapy's own methods that are callbacks by design: CrawlSpider's rules.
+SCRAPY_CALLBACKS: dict[type, frozenset[str]] = {
+    CrawlSpider: frozenset({"_callback", "_errback"})
+}
 
 
 # The request classes a queued entry may name (``_class``): the ones Scrapy
@@ -155,20 +172,25 @@ def _request_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
             raise UnserializableRequest(str(exc)) from exc
 
 
-def request_to_bytes(request: Request, spider: Spider | None = None) -> bytes:
-    """Serialize ``request`` for the frontier.
+def request_to_bytes(
+    request: Request, spider: Spider | None = None, *, unique: bool = False
+) -> bytes:
+    """Serialize ``request`` for the frontier; ``unique`` tags it as a
+    ``dont_filter`` request is tagged (a scheduler whose dupefilter lets
+    identical requests through keeps each).
 
     >>> from scrapy import Request
     >>> request_to_bytes(Request("https://a.test/x"))
     b'https://a.test/x'
     >>> request_to_bytes(Request("https://a.test/x", meta={"depth": 2}, priority=9))
-    b'https://a.test/x\\n{"m":{"depth":2}}'
+    b'https://a.test/x\\n{"m":{"depth":2},"p":9}'
     """
     d = _request_dict(request, spider)
     url = d.pop("url")
     if "\n" in url:
         raise UnserializableRequest("URL contains a newline")
-    d.pop("priority", None)
+    if unique or d.get("dont_filter"):
+        d[UNIQUE] = uuid.uuid4().hex[:12]
     meta = d.get("meta") or {}
     if any(k in meta for k in TRANSIENT_META):
         d["meta"] = {k: v for k, v in meta.items() if k not in TRANSIENT_META}
@@ -212,6 +234,7 @@ def request_from_bytes(
             fields = json.loads(tail)
             if not isinstance(fields, dict):
                 raise CorruptEntry("the JSON tail is not an object")
+            fields.pop(UNIQUE, None)
             for k, v in fields.items():
                 d[str(_LONG.get(k, k))] = _decode_value(v)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -230,16 +253,30 @@ def request_from_bytes(
 
 
 def _check_method(spider: Spider | None, name: Any) -> None:
-    """A stored callback names a public method of the spider's own class (or
-    ``parse``), never an attribute of Scrapy's ``Spider`` such as ``close``
-    or anything private."""
+    """A stored callback names a method the spider may be called back with:
+    ``parse``, a method of the spider's own code (a class that is not
+    Scrapy's; private names too, never a dunder), or one of Scrapy's
+    callbacks by design (:data:`SCRAPY_CALLBACKS`). Never another attribute
+    of Scrapy's classes, such as ``close`` or ``_set_crawler``: a shared
+    Redis holds data, and must not choose what a worker runs."""
     ok = (
         isinstance(name, str)
         and spider is not None
         and name.isidentifier()
-        and not name.startswith("_")
-        and (name == "parse" or not hasattr(Spider, name))
+        and not name.startswith("__")
         and callable(getattr(type(spider), name, None))
+        and (name == "parse" or _defined_by_spider_code(type(spider), name))
     )
     if not ok:
         raise CorruptEntry(f"callback {str(name)[:100]!r} is not a spider method")
+
+
+def _defined_by_spider_code(cls: type, name: str) -> bool:
+    """Whether the class that defines ``name`` for ``cls`` (first in its
+    MRO) is the spider's own code, or names it a Scrapy callback."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            if name in SCRAPY_CALLBACKS.get(klass, ()):
+                return True
+            return not klass.__module__.startswith("scrapy.") and klass is not object
+    return False
