@@ -289,9 +289,9 @@ def test_a_crawl_first_started_on_a_cluster_gets_a_partition_per_master(
     assert partitions_after_start(cluster.url) == 3
     assert partitions_after_start(cluster.url, FRONTIER_PARTITIONS=2) == 2
     assert partitions_after_start(cluster.url, FRONTIER_PARTITIONS=1) == 1
-    # A domain's or an IP's lock needs one partition
-    # (extensions.downloadermiddlewares.politeness).
-    assert partitions_after_start(cluster.url, POLITENESS_KEY="domain") == 1
+    # A domain's or an IP's lock no longer needs one partition (#26: each
+    # lock lives in the partition of its id).
+    assert partitions_after_start(cluster.url, POLITENESS_KEY="host,ip") == 3
     # A single Redis keeps one partition.
     assert partitions_after_start(redis_url) == 1
     sync = connection.sync_client(Settings({"REDIS_URL": cluster.url}))

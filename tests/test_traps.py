@@ -173,19 +173,46 @@ def test_budgets_are_fleet_wide(redis_url: str) -> None:
 
 def test_links_with_nothing_to_count_cost_no_redis_command(redis_url: str) -> None:
     # Default budgets: no host budget, a variant budget that only URLs with a
-    # query or a templated path count against. A page of plain links is
-    # admitted without a round trip; a facet link still goes to Redis.
+    # query or a templated path count against. Pages of plain links are
+    # admitted without a round trip of their own (the worker reads the hosts'
+    # own budgets, `scrapy hosts set --max-pages`, once a heartbeat); a facet
+    # link still goes to Redis.
     client = redis.Redis.from_url(redis_url)
 
-    def commands() -> int:
-        return int(client.info("stats")["total_commands_processed"])
+    def calls() -> dict[str, int]:
+        return {
+            name.removeprefix("cmdstat_"): int(v["calls"])
+            for name, v in client.info("commandstats").items()
+        }
 
     plain = [Request(f"http://a.test/p/{n}.html") for n in range(20)]
-    before = commands()
-    out = run_output(trap_filter(REDIS_URL=redis_url), plain)
-    assert [r.url for r in out] == [r.url for r in plain]
-    # run_output's client sends nothing else (it connects on first command).
-    assert commands() - before == 1  # this INFO
+    mw = trap_filter(REDIS_URL=redis_url)
+    response = HtmlResponse("http://a.test/", body=b"<html></html>")
+
+    async def pages(n: int) -> list[Any]:
+        out: list[Any] = []
+        for _ in range(n):
+
+            async def result() -> AsyncIterator[Any]:
+                for request in plain:
+                    yield request
+
+            out += [x async for x in mw.process_spider_output(response, result())]
+        await mw.client.aclose()
+        return out
+
+    before = calls()
+    out = asyncio.run(pages(5))
+    assert [r.url for r in out] == [r.url for r in plain] * 5
+    after = calls()
+    # One read of the overrides for five pages; no script, no other command
+    # but the client's handshake and health check, and this INFO.
+    sent = {
+        name: n - before.get(name, 0)
+        for name, n in after.items()
+        if n != before.get(name, 0) and name not in {"info", "client", "hello", "ping"}
+    }
+    assert sent == {"hgetall": 1}
     # A facet link goes to Redis: the budget script by SHA, in one round
     # trip (no SCRIPT EXISTS before it once the script is loaded).
     facets = [Request(f"http://a.test/s?q={n}") for n in range(3)]

@@ -5,7 +5,9 @@ Settings read (defaults in :mod:`extensions.settings.defaults`):
 ``FRONTIER_BUFFER_SIZE``, ``FRONTIER_LEASE_TIMEOUT``, ``FRONTIER_PARTITIONS``,
 ``FRONTIER_HEARTBEAT_INTERVAL``, ``FRONTIER_PRIORITY_FUNCTION``,
 ``SCHEDULER_PERSIST``, ``SCHEDULER_FLUSH_ON_START``, ``REDIS_RETRY_INITIAL``,
-``REDIS_RETRY_MAX``, ``DOWNLOAD_DELAY``, ``BACKOFF_QUIET_PERIOD``,
+``REDIS_RETRY_MAX``, ``DOWNLOAD_DELAY``, ``BACKOFF_QUIET_PERIOD``, the
+politeness terms of the lease script
+(:func:`extensions.core.frontier.overrides.schedule_terms`),
 ``CONCURRENT_REQUESTS``, ``DUPEFILTER_CLASS``, ``SCHEDULER_DEBUG``,
 ``DUPEFILTER_DEBUG`` (each seed dropped as seen logged); the
 frontier spill's (:mod:`extensions.core.frontier.spill`): ``FRONTIER_HOST_QUEUE_MAX``,
@@ -103,6 +105,7 @@ from extensions.core.frontier.frontier import (
     worker_id,
 )
 from extensions.core.frontier.lua import PRIORITY_MAX, PRIORITY_MIN
+from extensions.core.frontier.overrides import schedule_terms
 from extensions.core.frontier.scoring import LocalHostCounts
 from extensions.core.frontier.serialization import (
     CorruptEntry,
@@ -318,6 +321,7 @@ class RedisScheduler(BaseScheduler):
                 self.default_delay_ms,
                 self.backoff_quiet_ms,
                 self.spill.refill_below,
+                **schedule_terms(self.crawler.settings),
             ),
         )
         # Each partition caps and refills its own hosts.

@@ -7,8 +7,8 @@
 * :mod:`tests.support.outcomes`: what a crawl left behind (the page store,
   the dead-letter queue, the frontier);
 * :mod:`tests.support.cluster`: a throw-away Redis Cluster on loopback;
-* the rest: helpers of one area each (scheduler, host verdicts, trap filter,
-  a mockupdb MongoDB, packaging, command-line tools).
+* the rest: helpers of one area each (frontier, scheduler, host verdicts,
+  trap filter, a mockupdb MongoDB, packaging, command-line tools).
 
 Not part of the application: the scrapyd egg holds ``webcrawl``,
 ``extensions`` and ``pipelines`` only.
