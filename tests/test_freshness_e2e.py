@@ -19,7 +19,6 @@ import pytest
 
 from sandbox.changes import ChangeModel
 from sandbox.site import SiteSpec
-from tests.support import FLEET
 from tests.support.fleet import stop
 from tests.support.localcrawl import crawl_sandbox
 from tests.support.outcomes import stored_urls
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
 
     from sandbox.process import SandboxProcess
 
-pytestmark = [pytest.mark.slow, FLEET]
+pytestmark = pytest.mark.slow
 
 # The scenario: 31 pages on each of 6 hosts, pages 1-6 of each rewritten
 # every PERIOD s; the user's bounds.

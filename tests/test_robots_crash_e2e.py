@@ -34,7 +34,6 @@ from extensions.keys import FrontierKeys
 from extensions.settings.defaults import ROBOTS_WAIT_MAX
 from sandbox.hostile import SLOW_ROBOTS_SECONDS
 from sandbox.site import SiteSpec
-from tests.support import FLEET
 from tests.support.fleet import push_seeds, start_worker, stop
 from tests.support.localcrawl import CrawlReport, crawl_sandbox, sandbox_settings
 from tests.support.outcomes import assert_complete
@@ -45,7 +44,7 @@ if TYPE_CHECKING:
 
     from sandbox.process import SandboxProcess
 
-pytestmark = [pytest.mark.slow, FLEET]
+pytestmark = pytest.mark.slow
 
 SPEC = SiteSpec(seed=21, hosts=2, pages_per_host=150, features={"deadhosts"})
 SETTINGS: dict[str, object] = {

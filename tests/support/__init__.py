@@ -22,5 +22,8 @@ import pytest
 # loadgroup runs every test of one group in one process, one at a time:
 # these never share the cores with each other, only with lighter tests (and
 # heavy ones whose claims do not depend on timing: the bench smoke test, the
-# spill's growth, the other crawls). Mark a test (or a module: pytestmark).
+# spill's growth, the other crawls, and those with margins of tens of
+# seconds: the robots.txt crash runs, the freshness run). The group is the
+# suite's critical path: keep out of it what does not need it. Mark a test
+# (or a module: pytestmark).
 FLEET = pytest.mark.xdist_group("fleet")
