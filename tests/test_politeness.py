@@ -246,6 +246,23 @@ def test_lock_id_modes(
     assert asyncio.run(mw.lock_ids(request, host_key(request))) == expected
 
 
+def test_an_address_looked_up_on_a_loop_of_its_own_never_waits_for_the_reactor(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop of its own run while the reactor runs (``asyncio.run`` in a
+    reactor callback, as pytest-twisted runs every test once some test has
+    started the reactor) blocks the reactor: a lookup through the reactor's
+    resolver then never answered, and the make test run hung in four tests at
+    once. The reactor's resolver is for coroutines on the reactor's loop."""
+    from twisted.internet import reactor
+
+    monkeypatch.setattr(reactor, "running", True)
+    mw = _middleware(redis_url, POLITENESS_KEY="ip")
+    request = Request("http://localhost:8080/")
+    lookup = asyncio.wait_for(mw.lock_ids(request, host_key(request)), 10)
+    assert asyncio.run(lookup) == [("ip", "127.0.0.1")]
+
+
 def test_middleware_waits_and_counts(redis_url: str) -> None:
     mw = _middleware(redis_url, DOWNLOAD_DELAY=0.15)
 

@@ -631,16 +631,19 @@ class PolitenessMiddleware:
     @staticmethod
     async def _lookup(hostname: str) -> str:
         """The address the crawl's downloads connect to: through the
-        resolver Scrapy installed on the reactor (``TWISTED_DNS_RESOLVER``),
-        else (no reactor running: a unit test) the system's."""
+        resolver Scrapy installed on the reactor (``TWISTED_DNS_RESOLVER``)
+        when this coroutine runs on the reactor's loop, else (a loop of its
+        own: a unit test) the system's."""
         from twisted.internet import reactor
 
-        if reactor.running:
+        loop = asyncio.get_running_loop()
+        # A running reactor is not enough: a loop of its own run inside a
+        # reactor callback (asyncio.run in a test) blocks the reactor, whose
+        # resolver would then never answer.
+        if reactor.running and getattr(reactor, "_asyncioEventloop", None) is loop:
             found = reactor.resolver.getHostByName(hostname)
             return str(await maybe_deferred_to_future(found))
-        infos = await asyncio.get_running_loop().getaddrinfo(
-            hostname, None, type=socket.SOCK_STREAM
-        )
+        infos = await loop.getaddrinfo(hostname, None, type=socket.SOCK_STREAM)
         return str(infos[0][4][0])
 
     async def process_request(self, request: Request) -> Request | None:
