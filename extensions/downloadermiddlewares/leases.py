@@ -3,7 +3,7 @@
 Settings read: none.
 
 It follows a leased request whose download fails for good through the
-spider's errback (:class:`~extensions.core.leases.FollowedErrback`), so its
+spider's errback (:class:`~extensions.core.scheduler.leases.FollowedErrback`), so its
 lease ends with the errback's output (``docs/frontier.md``, "Leases").
 """
 
@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from extensions.core.leases import FollowedErrback, lease_of, leasing_scheduler, unwrap
+from extensions.core.scheduler.leases import (
+    FollowedErrback,
+    lease_of,
+    leasing_scheduler,
+    unwrap,
+)
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

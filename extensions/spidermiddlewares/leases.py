@@ -3,7 +3,7 @@
 Settings read: none.
 
 It counts the items of each leased response's callback output and tells the
-scheduler's :class:`~extensions.core.leases.LeaseBook` when the output ends
+scheduler's :class:`~extensions.core.scheduler.leases.LeaseBook` when the output ends
 (``docs/frontier.md``, "Leases"), so a lease ends when its response is fully
 processed, whatever the spider yields.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from extensions.core.leases import (
+from extensions.core.scheduler.leases import (
     LeaseBook,
     follow,
     lease_of_response,

@@ -111,7 +111,12 @@ from extensions.core.frontier.serialization import (
     request_to_bytes,
 )
 from extensions.core.frontier.spill import FrontierSpill
-from extensions.core.leases import LeaseBook, lease_of, lease_of_response, unwrap
+from extensions.core.scheduler.leases import (
+    LeaseBook,
+    lease_of,
+    lease_of_response,
+    unwrap,
+)
 from extensions.meta import DELAY_META, FAILURE_META
 from extensions.settings import config, defaults
 from extensions.signals import (
@@ -266,7 +271,7 @@ class RedisScheduler(BaseScheduler):
         self._buffer: deque[tuple[str, Request]] = deque()
         self._memory: deque[Request] = deque()  # requests JSON cannot hold
         self._held: dict[str, float] = {}  # lease -> time leased (monotonic)
-        # What each lease handed to the engine waits for (extensions.core.leases).
+        # What each lease handed to the engine waits for (.leases).
         self.leases = LeaseBook(self._ack)
         self._failed_output: set[str] = set()  # leases whose output raised
         self._remote_ready = 0
@@ -503,7 +508,7 @@ class RedisScheduler(BaseScheduler):
     def _on_item_finished(self, item: Any, response: Any = None, **_: Any) -> None:
         self.leases.item_finished(lease_of_response(response))
 
-    # -- how a leased request ended (called by extensions.core.leases) -------------
+    # -- how a leased request ended (called by .leases) -------------------------
 
     def response_reached_spider(self, response: Any) -> None:
         """A leased response goes to its callback (or errback): a response
