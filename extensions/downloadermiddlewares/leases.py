@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from extensions.core.scheduler.leases import (
     FollowedErrback,
     lease_of,
-    leasing_scheduler,
+    leasing_of,
     unwrap,
 )
 
@@ -44,14 +44,12 @@ class LeaseDownloaderMiddleware:
         return cls(crawler)
 
     def process_request(self, request: Request) -> None:
-        scheduler = leasing_scheduler(self.crawler)
+        leasing = leasing_of(self.crawler)
         lease = lease_of(request)
-        if scheduler is None or lease is None or not scheduler.leases.tracks(lease):
+        if leasing is None or lease is None or not leasing.book.tracks(lease):
             return
         if not isinstance(request.errback, FollowedErrback):
-            request.errback = FollowedErrback(
-                request, request.errback, scheduler, lease
-            )
+            request.errback = FollowedErrback(request, request.errback, leasing, lease)
 
     def process_response(self, request: Request, response: Response) -> Response:
         unwrap(request)
