@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-quick clean stop-redis
+.PHONY: demo test test-fast lint typecheck bench bench-quick clean stop-redis
 
 # The project itself is not installed: the commands run from this directory
 # (scrapy finds the project through scrapy.cfg, python -m through the current
@@ -21,13 +21,35 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 demo: $(STAMP)
 	$(PY) -m demo
 
+# The tests run on TEST_WORKERS pytest-xdist processes (more than the 2 cores
+# of the developers' machine: most tests mostly wait on subprocesses);
+# --dist loadgroup keeps the CPU-heavy fleets (xdist group "fleet":
+# tests/support/__init__.py) in one of them, one at a time, while the rest
+# spread. Bytecode is cached for the run (PYTHONDONTWRITEBYTECODE emptied):
+# each xdist process and each of the ~150 `scrapy` subprocesses would
+# otherwise compile the project, and pytest rewrite every test module, again.
+# --durations=20 names the slowest tests.
+TEST_WORKERS ?= 4
+PYTEST_ONE := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider
+PYTEST := $(PYTEST_ONE) -n $(TEST_WORKERS) --dist loadgroup
+# One collection first writes the bytecode (and pytest's rewritten test
+# modules) that the xdist processes then read, instead of each compiling it
+# all at once on a fresh clone; its errors, if any, the real run reports.
+WARM_UP := -$(PYTEST_ONE) --collect-only > /dev/null
+
 # The live status page test drives Debian's headless Chromium.
 test: $(STAMP)
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(WARM_UP)
+	$(PYTEST) --durations=20
+
+# The inner loop: the unit tests only (no crawls, no subprocess fleets).
+test-fast: $(STAMP)
+	$(WARM_UP)
+	$(PYTEST) -m "not slow"
 
 lint: $(STAMP)
 	$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m mypy

@@ -1,7 +1,7 @@
 """A fleet against a local 3-master Redis Cluster: per-master work, and the
 ceiling it implies (``python -m bench.cluster``; ``make bench`` runs it).
 
-Starts a throw-away cluster on loopback (:class:`demo.cluster.LocalCluster`),
+Starts a throw-away cluster on loopback (:class:`tests.support.cluster.LocalCluster`),
 then crawls the sandbox web twice with ``--workers`` real ``scrapy crawl web``
 workers: once with one frontier partition (``FRONTIER_PARTITIONS=1``: the
 frontier is one slot on one master) and once with ``--partitions`` of them
@@ -42,10 +42,10 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from demo.cluster import LocalCluster
-from demo.localcrawl import crawl_sandbox
 from extensions.keys import FrontierKeys
 from sandbox.site import SiteSpec
+from tests.support.cluster import LocalCluster
+from tests.support.localcrawl import crawl_sandbox
 
 IDLE_SECONDS = 3.0
 

@@ -27,7 +27,10 @@ Redis). What is measured, and where from:
   ``total_writes_processed`` (reply flushes: one per round trip, a pipeline
   is one) and the server's own CPU (``used_cpu_user + used_cpu_sys``);
 * politeness violations: consecutive requests to one host (robots.txt
-  included) closer than its delay minus :data:`SLACK_MS`.
+  included) closer than its delay minus :data:`SLACK_MS`; on a web whose
+  hosts share addresses (``SiteSpec.addresses``, crawled with
+  ``POLITENESS_KEY=host,ip``), to one address (the record's ``ip``) closer
+  than the IP delay, counted apart.
 
 Reads no settings; what each crawler gets is built here and passed with ``-s``.
 """
@@ -48,9 +51,9 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from demo.fleet import push_seeds, worker_command, worker_env
 from extensions.connection.embedded import RedisProcess
 from sandbox.process import SandboxProcess
+from tests.support.fleet import push_seeds, worker_command, worker_env
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -106,6 +109,7 @@ class RunResult:
     exit_codes: list[int] = field(default_factory=list)
     redis: dict[str, float] = field(default_factory=dict)
     violations: int = 0
+    ip_violations: int = 0  # per address, on a web with shared addresses
     bound_s: float = 0.0  # politeness bound, see politeness_bound()
     missing: int = 0  # reachable pages not fetched
     error: str | None = None
@@ -125,6 +129,9 @@ class Run:
     per_host: int = 8
     timeout: float = 300.0
     idle_close: float = 3.0
+    # Seconds between two requests to one address (POLITENESS_KEY names ip;
+    # 0: no per-address politeness, the web's addresses not judged).
+    ip_delay: float = 0.0
     extra: dict[str, object] = field(default_factory=dict)
     # (process number, command) -> command: e.g. a profiler (bench.profile)
     wrap: Callable[[int, list[str]], list[str]] | None = None
@@ -150,6 +157,21 @@ def expected_requests(spec: SiteSpec, port: int) -> dict[str, int]:
     for url in spec.reachable_urls(port, True):
         counts[url.split("/")[2].split(":")[0]] += 1
     return {host: n + 1 for host, n in counts.items()}
+
+
+def address_requests(spec: SiteSpec, requests: Mapping[str, int]) -> dict[str, int]:
+    """Requests per address (``SiteSpec.addresses``) from requests per host.
+
+    >>> from sandbox.site import SiteSpec
+    >>> spec = SiteSpec(hosts=3, addresses={0: "127.0.1.1", 1: "127.0.1.1"})
+    >>> address_requests(spec, {"site-000.sandbox.test": 3,
+    ...                         "site-001.sandbox.test": 2, "site-002.sandbox.test": 4})
+    {'127.0.1.1': 5, '127.0.0.1': 4}
+    """
+    out: dict[str, int] = defaultdict(int)
+    for host, n in requests.items():
+        out[spec.address(spec.host_index(host) or 0)] += n
+    return dict(out)
 
 
 def politeness_bound(requests: Mapping[str, int], delays: Mapping[str, float]) -> float:
@@ -232,6 +254,10 @@ def _commands(
             # The sandbox web is on loopback: lift the SSRF guard.
             "ALLOW_PRIVATE_ADDRESSES": True,
         }
+        if run.spec.addresses:  # the resolver gives each host its address
+            settings["SANDBOX_ADDRESSES"] = run.spec.address_setting()
+        if run.ip_delay:
+            settings["IP_DOWNLOAD_DELAY"] = run.ip_delay
         cmd = worker_command(settings)
         return [cmd] * crawler.workers, worker_env()
     env = worker_env({"SCRAPY_SETTINGS_MODULE": STOCK_SETTINGS})
@@ -355,6 +381,13 @@ def crawl(crawler: Crawler, run: Run, work: Path) -> RunResult:
         expected = expected_requests(run.spec, web.port)
         result.bound_s = politeness_bound(expected, delays)
         result.violations = violations(records, delays)
+        if run.ip_delay:
+            # Per address too: the bound is the larger of the two.
+            per_ip = address_requests(run.spec, expected)
+            ip_delays = dict.fromkeys(per_ip, run.ip_delay)
+            result.bound_s = max(result.bound_s, politeness_bound(per_ip, ip_delays))
+            by_ip = [{"host": r["ip"], "t_ms": r["t_ms"]} for r in records]
+            result.ip_violations = violations(by_ip, ip_delays)
         fetched = {(r["host"], r["path"]) for r in page_records}
         result.missing = sum(
             1

@@ -299,8 +299,8 @@ def crawl(pages: int, workers: int = 2, timeout: float = 900.0) -> dict[str, Any
     over the empty server's, and ``MEMORY USAGE`` per key family) and the
     highest used_memory seen while it ran (sampled every 0.5 s), with its
     keys' ``MEMORY USAGE`` per family at that moment."""
-    from demo.localcrawl import crawl_sandbox
     from sandbox.site import SiteSpec
+    from tests.support.localcrawl import crawl_sandbox
 
     spec = SiteSpec(
         seed=4,

@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name_:<50}{med:>8.1f}{p99:>8.1f}{times[-1]:>8.1f}")
     import mongomock
 
-    from tests.test_stores import patch_mongomock
+    from tests.support.mongo import patch_mongomock
 
     patch_mongomock()
     print(

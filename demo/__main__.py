@@ -22,10 +22,10 @@ import sys
 
 from scrapy.settings import Settings
 
-from demo.localcrawl import crawl_sandbox
 from extensions.connection.embedded import ensure_embedded, stop_embedded, webcrawl_home
 from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec, crawl_delay_map
+from tests.support.localcrawl import crawl_sandbox
 
 
 class Interrupted(BaseException):

@@ -112,6 +112,11 @@ class FrontierKeys:
         self.dlq_reasons = tagged + "dlq:reasons"
         self.dlq_unrecorded = self.dlq + ":unrecorded"
         self.refill = tagged + "refill"
+        # Operators' per-host settings (``scrapy hosts``): the same in every
+        # partition, so the lease and lock scripts read them in their slot.
+        self.overrides = tagged + "overrides"
+        # Addresses busy now -> until when (POLITENESS_KEY naming ``ip``).
+        self.ip_schedule = tagged + "ipsched"
         # Not per host: the recrawl schedule of every partition lives in
         # partition 0's slot (see the module docstring).
         base = f"{prefix}:{partition_tag(prefix)}:"
@@ -152,6 +157,11 @@ class FrontierKeys:
         """A host's download lock, in its host's partition (see
         :func:`host_lock`)."""
         return self.tagged + "lock:" + lock_id
+
+    def inflight(self, lock_id: str) -> str:
+        """The downloads in flight of a lock whose host allows more than one
+        at a time (see :func:`host_inflight`)."""
+        return self.tagged + "inflight:" + lock_id
 
     def pattern(self) -> str:
         """A SCAN pattern matching every frontier key of the partition."""
@@ -363,6 +373,19 @@ def host_lock(
     'web:{web:p2.1}:lock:http://a.test:80'
     """
     return FrontierKeys(prefix, partition, partitions).lock(lock_id)
+
+
+def host_inflight(
+    prefix: str, lock_id: str, partition: int = 0, partitions: int = 1
+) -> str:
+    """The downloads in flight of a download lock (a ZSET: token -> until
+    when it counts, ms) when its host's concurrency is above 1, beside the
+    lock in its partition.
+
+    >>> host_inflight("web", "http://a.test:80")
+    'web:{web}:inflight:http://a.test:80'
+    """
+    return FrontierKeys(prefix, partition, partitions).inflight(lock_id)
 
 
 def simhash_pages(prefix: str) -> str:

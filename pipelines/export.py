@@ -170,11 +170,16 @@ class WarcExport:
 
 
 def write_warc(
-    pages: Iterable[StoredPage], out: IO[bytes], gzip: bool = True, filename: str = ""
+    pages: Iterable[StoredPage],
+    out: IO[bytes],
+    gzip: bool = True,
+    filename: str = "",
+    info: dict[str, str] | None = None,
 ) -> dict[str, int]:
-    """Write ``pages`` as one WARC file; returns the records written by type."""
+    """Write ``pages`` as one WARC file (``info``: more ``warcinfo`` fields);
+    returns the records written by type."""
     export = WarcExport(out, gzip=gzip, filename=filename)
-    export.write_warcinfo()
+    export.write_warcinfo(info)
     for page in pages:
         export.write_page(page)
     return export.counts

@@ -29,6 +29,34 @@ def parse_delay_map(text: str) -> dict[int, float]:
     return out
 
 
+def parse_address_map(text: str) -> dict[int, str]:
+    """``"0=127.0.1.1,5=127.0.1.1"`` -> ``{0: '127.0.1.1', 5: '127.0.1.1'}``.
+
+    >>> parse_address_map("0=127.0.1.1, 5=127.0.1.2")
+    {0: '127.0.1.1', 5: '127.0.1.2'}
+    """
+    out = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, _, address = item.partition("=")
+        out[int(host)] = address.strip()
+    return out
+
+
+def parse_slow_map(text: str) -> dict[int, tuple[float, int]]:
+    """``"0=1.0:12,3=0.5"`` -> host 0 answers its first 12 page requests
+    after 1 s, host 3 every one after 0.5 s.
+
+    >>> parse_slow_map("0=1.0:12, 3=0.5")
+    {0: (1.0, 12), 3: (0.5, 0)}
+    """
+    out = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, _, spec = item.partition("=")
+        seconds, _, count = spec.partition(":")
+        out[int(host)] = (float(seconds), int(count or 0))
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__)
     p.add_argument("--seed", type=int, default=0, help="content seed (default 0)")
@@ -90,6 +118,18 @@ def build_parser() -> argparse.ArgumentParser:
         "rewritten together every PERIOD s, the others never)",
     )
     p.add_argument(
+        "--address-map",
+        default="",
+        help="the loopback address of hosts, e.g. 0=127.0.1.1,1=127.0.1.1 (the "
+        "others: 127.0.0.1); the server listens on each, one port",
+    )
+    p.add_argument(
+        "--slow-map",
+        default="",
+        help="hosts whose pages answer late, e.g. 0=1.0:12 (host 0: 1 s for its "
+        "first 12 page requests, then at once; no :N: always)",
+    )
+    p.add_argument(
         "--max-seconds",
         type=float,
         default=0.0,
@@ -118,6 +158,8 @@ def spec_from_args(args: argparse.Namespace) -> SiteSpec:
         features=frozenset(features),
         change_period=args.change_period,
         change_profile=args.change_profile,
+        addresses=parse_address_map(args.address_map),
+        slow_hosts=parse_slow_map(args.slow_map),
     )
 
 

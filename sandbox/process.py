@@ -88,6 +88,10 @@ class SandboxProcess:
             str(spec.change_period),
             "--change-profile",
             spec.change_profile,
+            "--address-map",
+            ",".join(f"{i}={a}" for i, a in sorted(spec.addresses.items())),
+            "--slow-map",
+            ",".join(f"{i}={s:g}:{n}" for i, (s, n) in sorted(spec.slow_hosts.items())),
             *self.extra_args,
         ]
 
@@ -154,7 +158,8 @@ class SandboxProcess:
         return self.spec.reachable_urls(self.port, respect_robots)
 
     def records(self) -> list[dict[str, Any]]:
-        """Requests served so far: dicts with host, path, t_ms, status, ua, method."""
+        """Requests served so far: dicts with host, path, t_ms, status, ua,
+        method, ip."""
         if not self.record_path.exists():
             return []
         with self.record_path.open(encoding="utf-8") as f:

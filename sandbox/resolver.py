@@ -10,6 +10,11 @@ scope that points at the operator's own network, which the SSRF guard must
 refuse after resolution (nothing of the sandbox listens there, so a guard
 that let it through would meet a refused connection, not a page).
 
+``SANDBOX_ADDRESSES`` (a setting: JSON, host name -> loopback address, as
+:meth:`sandbox.site.SiteSpec.address_setting` writes it) gives hosts
+addresses of their own, so several names share one address (a shared
+server) while others have one each; the sandbox server listens on each.
+
 Use it with ``TWISTED_DNS_RESOLVER = "sandbox.resolver.SandboxResolver"``
 (Scrapy >= 2.19; the older ``DNS_RESOLVER`` name still works, with a
 deprecation warning). Every other name goes to Scrapy's default
@@ -24,7 +29,8 @@ the downloader maps slot keys through that cache when
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+import json
+from typing import TYPE_CHECKING, Self, cast
 
 from scrapy.resolver import CachingThreadedResolver
 from twisted.internet import defer, task
@@ -35,6 +41,8 @@ from zope.interface import implementer
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from scrapy.crawler import Crawler
+    from twisted.internet.base import ReactorBase
     from twisted.internet.defer import Deferred
 
 SANDBOX_SUFFIX = ".sandbox.test"
@@ -73,6 +81,16 @@ class SandboxResolver(CachingThreadedResolver):
     ``HostnameEndpoint`` uses).
     """
 
+    addresses: dict[str, str] = {}
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, reactor: ReactorBase) -> Self:
+        resolver = super().from_crawler(crawler, reactor)
+        raw = crawler.settings.get("SANDBOX_ADDRESSES") or "{}"
+        table = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        resolver.addresses = {str(k).lower(): str(v) for k, v in table.items()}
+        return resolver
+
     def getHostByName(self, name: str, timeout: Sequence[int] = ()) -> Deferred[str]:
         if name.lower().rstrip(".").endswith(UNRESOLVABLE_SUFFIX):
             return defer.fail(DNSLookupError(f"{name}: no such name (sandbox)"))
@@ -86,5 +104,6 @@ class SandboxResolver(CachingThreadedResolver):
         if name.lower().rstrip(".").endswith(PRIVATE_SUFFIX):
             return defer.succeed(PRIVATE_ADDRESS)
         if is_sandbox_name(name):
-            return defer.succeed(SANDBOX_ADDRESS)
+            key = name.lower().rstrip(".")
+            return defer.succeed(self.addresses.get(key, SANDBOX_ADDRESS))
         return super().getHostByName(name, timeout)

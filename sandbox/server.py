@@ -8,9 +8,11 @@ prints one JSON line, ``{"port": N}``, to stdout (like Scrapy's mockserver).
 With a record file it appends one JSON object per served request::
 
     {"host": "site-000.sandbox.test", "path": "/?q=1", "t_ms": 1717.5,
-     "status": 200, "ua": "Scrapy/2.19", "method": "GET"}
+     "status": 200, "ua": "Scrapy/2.19", "method": "GET", "ip": "127.0.0.1"}
 
-``t_ms`` is ``time.time() * 1000`` when the request line was parsed. A
+``t_ms`` is ``time.time() * 1000`` when the request line was parsed; ``ip``
+is the address the client connected to (a web whose hosts have addresses of
+their own, ``SiteSpec.addresses``, is served on each, one port). A
 conditional request adds its validators (``"inm"``: If-None-Match, ``"ims"``:
 If-Modified-Since), and an answer with an ``ETag`` adds it (``"etag"``), so
 a test can tell revisits, 304s and which version of a page was served. Lines are
@@ -68,6 +70,7 @@ class Recorder:
         ua: str,
         method: str,
         extra: dict[str, str] | None = None,
+        ip: str = "",
     ) -> None:
         if self.file is not None:
             record = {
@@ -77,6 +80,7 @@ class Recorder:
                 "status": status,
                 "ua": ua,
                 "method": method,
+                "ip": ip,
             }
             if extra:
                 record.update(extra)
@@ -121,6 +125,7 @@ class HttpProtocol(asyncio.Protocol):
         self.recorder = recorder
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
+        self.ip = ""
         self.busy = False  # an answer is in progress (slow page, big body)
         self.closing = False
         self.can_write = asyncio.Event()
@@ -129,6 +134,9 @@ class HttpProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        # The address the client connected to: which "machine" it reached.
+        sockname = transport.get_extra_info("sockname")
+        self.ip = str(sockname[0]) if sockname else ""
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -210,6 +218,7 @@ class HttpProtocol(asyncio.Protocol):
                 ua,
                 method,
                 validators(req, answer),
+                self.ip,
             )
             if not keep and not self.busy:
                 self.close()
@@ -237,6 +246,7 @@ class HttpProtocol(asyncio.Protocol):
             ua,
             req.method,
             validators(req, response),
+            self.ip,
         )
         if self.transport is None:
             return
@@ -318,15 +328,22 @@ async def serve(
     out: IO[str] | None = None,
     cache_pages: int = 2048,
 ) -> None:
-    """Serve ``spec`` on 127.0.0.1:``port`` until SIGTERM/SIGINT or
-    ``max_seconds`` (0: no limit); print ``{"port": N}`` once bound."""
+    """Serve ``spec`` on 127.0.0.1:``port`` (and on the same port of every
+    address of ``spec.addresses``) until SIGTERM/SIGINT or ``max_seconds``
+    (0: no limit); print ``{"port": N}`` once bound."""
     loop = asyncio.get_running_loop()
     recorder = Recorder(record)
     holder: list[Site] = []
-    server = await loop.create_server(
-        lambda: HttpProtocol(holder[0], recorder), "127.0.0.1", port, backlog=1024
-    )
-    bound = server.sockets[0].getsockname()[1]
+
+    def protocol() -> HttpProtocol:
+        return HttpProtocol(holder[0], recorder)
+
+    first, *others = spec.listen_addresses()
+    servers = [await loop.create_server(protocol, first, port, backlog=1024)]
+    bound = servers[0].sockets[0].getsockname()[1]
+    for address in others:
+        servers.append(await loop.create_server(protocol, address, bound, backlog=1024))
+    server = servers[0]
     holder.append(Site(spec, bound, cache_pages))
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -348,7 +365,8 @@ async def serve(
         await stop.wait()
     finally:
         flush_task.cancel()
-        server.close()
+        for one in servers:
+            one.close()
         recorder.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), 0.5)

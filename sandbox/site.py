@@ -31,7 +31,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import ipaddress
 import itertools
+import json
 import random
 import re
 import time
@@ -185,6 +187,23 @@ def host_index(host: str) -> int | None:
     return index if host_name(index) == name.lower() else None
 
 
+def shared_addresses(
+    hosts: int, shared: int, groups: int, base: str = "127.0.1.0"
+) -> dict[int, str]:
+    """Addresses for a web where hosts ``0..shared-1`` share ``groups``
+    addresses (round robin) and every other host has one of its own.
+
+    >>> shared_addresses(5, 4, 2)
+    {0: '127.0.1.1', 1: '127.0.1.2', 2: '127.0.1.1', 3: '127.0.1.2', 4: '127.0.1.3'}
+    """
+    first = ipaddress.ip_address(base)
+    out = {}
+    for i in range(hosts):
+        n = i % groups if i < shared else groups + (i - shared)
+        out[i] = str(first + 1 + n)
+    return out
+
+
 def crawl_delay_map(hosts: int, count: int, delay: float) -> dict[int, float]:
     """``count`` hosts, spread evenly over ``2..hosts-1``, with ``delay``.
 
@@ -226,6 +245,15 @@ class SiteSpec:
     # > 0: pages change as Poisson processes of this scale (sandbox.changes).
     change_period: float = 0.0
     change_profile: str = "classes"
+    # Host index -> the loopback address its name resolves to (the others:
+    # SANDBOX_ADDRESS): hosts that share an address share a "machine". The
+    # server listens on each; a crawler learns them from the resolver
+    # (SANDBOX_ADDRESSES, see address_setting()).
+    addresses: Mapping[int, str] = field(default_factory=dict)
+    # Host index -> (seconds, n): the host's pages answer after that many
+    # seconds, for its first n page requests (0: always), then at once: a
+    # server that is slow, then fast.
+    slow_hosts: Mapping[int, tuple[float, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.pages_per_host < 1:
@@ -241,6 +269,20 @@ class SiteSpec:
             "crawl_delay_hosts",
             {int(k): float(v) for k, v in dict(self.crawl_delay_hosts).items()},
         )
+        object.__setattr__(
+            self, "addresses", {int(k): str(v) for k, v in dict(self.addresses).items()}
+        )
+        for address in self.addresses.values():
+            if not ipaddress.ip_address(address).is_loopback:
+                raise ValueError(f"not a loopback address: {address}")
+        object.__setattr__(
+            self,
+            "slow_hosts",
+            {
+                int(k): (float(v[0]), int(v[1]))
+                for k, v in dict(self.slow_hosts).items()
+            },
+        )
 
     def __hash__(self) -> int:
         return hash(
@@ -253,7 +295,38 @@ class SiteSpec:
                 self.features,
                 self.change_period,
                 self.change_profile,
+                tuple(sorted(self.addresses.items())),
+                tuple(sorted(self.slow_hosts.items())),
             )
+        )
+
+    # --- addresses -----------------------------------------------------------
+    def address(self, i: int) -> str:
+        """The address host ``i``'s name resolves to."""
+        from sandbox.resolver import SANDBOX_ADDRESS
+
+        return self.addresses.get(i, SANDBOX_ADDRESS)
+
+    def listen_addresses(self) -> list[str]:
+        """Every address the server listens on (SANDBOX_ADDRESS first)."""
+        from sandbox.resolver import SANDBOX_ADDRESS
+
+        return [
+            SANDBOX_ADDRESS,
+            *sorted(set(self.addresses.values()) - {SANDBOX_ADDRESS}),
+        ]
+
+    def address_setting(self) -> str:
+        """The ``SANDBOX_ADDRESSES`` setting that makes the resolver give each
+        host its address (JSON, host name -> address; '' when none differs).
+
+        >>> SiteSpec(hosts=3, addresses={1: "127.0.1.1"}).address_setting()
+        '{"site-001.sandbox.test": "127.0.1.1"}'
+        """
+        if not self.addresses:
+            return ""
+        return json.dumps(
+            {host_name(i): a for i, a in sorted(self.addresses.items())}, sort_keys=True
         )
 
     # --- hosts --------------------------------------------------------------
@@ -690,6 +763,7 @@ class Site:
             self._render
         )
         self.hostile = Hostile(self)
+        self._served: dict[int, int] = {}  # page requests of each slow host
         self._robots: dict[int, bytes | None] = {}
         for i in range(spec.hosts):
             txt = spec.robots_txt(i)
@@ -819,18 +893,31 @@ class Site:
                 return self._slow_robots(i)
             return self._robots_response(i)
         parsed = self.spec.parse_path(i, req.path)
+        if parsed is not None and i in self.spec.slow_hosts:
+            seconds, first = self.spec.slow_hosts[i]
+            self._served[i] = self._served.get(i, 0) + 1
+            if not first or self._served[i] <= first:
+                return self._slow(seconds, self._page_answer(i, req, parsed))
         if parsed is not None:
-            if self.changes is not None and parsed[0] == "page":
-                version, at = self.changes.version(i, req.path, time.time())
-                if version:
-                    page = self.page(i, *parsed, version, at)
-                    return self.page_response(page, req)
-            return self.page_response(self.page(i, *parsed), req)
+            return self._page_answer(i, req, parsed)
         if i == self.spec.trap_host:
             answer = self.hostile.handle(req)
             if answer is not None:
                 return answer
         return Response(404, NOT_FOUND, [("Content-Type", HTML)])
+
+    async def _slow(self, seconds: float, answer: Response) -> Response:
+        await asyncio.sleep(seconds)
+        return answer
+
+    def _page_answer(self, i: int, req: Request, parsed: tuple[str, int]) -> Response:
+        """A regular page (or a private one) of host ``i``."""
+        if self.changes is not None and parsed[0] == "page":
+            version, at = self.changes.version(i, req.path, time.time())
+            if version:
+                page = self.page(i, *parsed, version, at)
+                return self.page_response(page, req)
+        return self.page_response(self.page(i, *parsed), req)
 
     def _robots_response(self, i: int) -> Response:
         robots = self._robots[i]

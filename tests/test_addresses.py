@@ -24,7 +24,6 @@ import redis
 from scrapy.exceptions import NotConfigured
 from twisted.internet.address import IPv4Address
 
-from demo.fleet import push_seeds, start_worker, wait_all
 from extensions.connection.embedded import find_redis_binary, free_port
 from extensions.downloadermiddlewares.ssrf import (
     AddressGuard,
@@ -33,6 +32,7 @@ from extensions.downloadermiddlewares.ssrf import (
     GuardedResolver,
 )
 from tests.httpserver import LogServer, reply
+from tests.support.fleet import push_seeds, start_worker, wait_all
 from tests.utils import get_crawler
 
 if TYPE_CHECKING:

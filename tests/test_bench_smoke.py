@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from bench import run
-from bench.crawlers import Crawler, expected_requests, host_delays, politeness_bound
+from bench.crawlers import (
+    Crawler,
+    address_requests,
+    expected_requests,
+    host_delays,
+    politeness_bound,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -35,6 +41,16 @@ def test_full_sizes_mean_something() -> None:
     assert {Crawler("webcrawl", 2), Crawler("webcrawl", 4)} <= set(
         run.FULL.polite_crawlers
     )
+    # The shared-IP web: its addresses bound it, 60 s or more.
+    shared = run.FULL.shared_ip
+    assert shared is not None
+    delay, ip_delay = run.FULL.shared_ip_delays
+    expected = expected_requests(shared, 1)
+    per_ip = address_requests(shared, expected)
+    assert len(per_ip) == 22  # two shared, twenty of their own
+    ip_bound = politeness_bound(per_ip, dict.fromkeys(per_ip, ip_delay))
+    assert ip_bound >= 60
+    assert ip_bound > politeness_bound(expected, host_delays(shared, delay))
 
 
 @pytest.mark.slow

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from demo.fleet import ROOT, worker_env
 from pipelines.batching import prepare_page
 from pipelines.items import PageItem
 from pipelines.stores.sqlite import SQLiteStore
+from tests.support.fleet import ROOT, worker_env
 
 if TYPE_CHECKING:
     from pathlib import Path

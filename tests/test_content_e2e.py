@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from demo.localcrawl import crawl_sandbox
 from sandbox.hostile import CONTENT_FETCHED, CONTENT_FILES, HOSTILE_LABELS
 from sandbox.site import SiteSpec
-from tests.test_crawl_e2e import stored_urls
-from tests.test_export import run_tool
+from tests.support.localcrawl import crawl_sandbox
+from tests.support.outcomes import stored_urls
+from tests.support.tools import run_tool
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,7 +32,12 @@ pytestmark = pytest.mark.slow
 
 def test_hostile_labels_and_non_html_files(tmp_path: Path, redis_url: str) -> None:
     spec = SiteSpec(seed=8, hosts=1, pages_per_host=2, features={"content"})
-    report = crawl_sandbox(spec, redis_url, tmp_path, workers=1, timeout=90)
+    # One host: 0.1 s apart, not the project's 1 s (politeness is not the
+    # claim here).
+    report = crawl_sandbox(
+        spec, redis_url, tmp_path, workers=1, timeout=90,
+        settings={"DOWNLOAD_DELAY": 0.1},
+    )  # fmt: skip
     assert report.exit_codes == [0], report.log_dir
     host = f"site-{spec.trap_host:03d}.sandbox.test"
 

@@ -41,7 +41,6 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 import redis
 
-from demo.localcrawl import crawl_sandbox
 from extensions.keys import FrontierKeys
 from extensions.utils.url import canonicalize_url
 from sandbox.hostile import (
@@ -54,8 +53,8 @@ from sandbox.hostile import (
     UNRESOLVABLE_HOSTS,
 )
 from sandbox.site import HTML, Request, Site, SiteSpec, iter_links
-from tests.test_crawl_e2e import stored_urls
-from tests.test_failures_e2e import SETTINGS, _dead_letters, _waiting_urls
+from tests.support.localcrawl import FAILURE_SETTINGS, crawl_sandbox
+from tests.support.outcomes import dead_letters, stored_urls, waiting_urls
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -74,7 +73,7 @@ IDLE = 6.0
 CLOSE_MARGIN = 5.0
 QUERY_VARIANTS = 4
 CORNER_SETTINGS: dict[str, object] = {
-    **SETTINGS,
+    **FAILURE_SETTINGS,
     "MAX_IDLE_TIME_BEFORE_CLOSE": IDLE,
     "DOWNLOAD_DELAY": 0.1,
     # The host that is down is called down after two robots.txt fetches
@@ -161,10 +160,10 @@ def test_two_workers_crawl_every_corner_and_account_for_every_url(
     def trap_url(path: str) -> str:
         return f"http://{trap}:{port}{path}"
 
-    dead = _dead_letters(redis_url)
+    dead = dead_letters(redis_url)
     reasons = {url: e["reason"] for url, e in dead.items()}
     pages = stored_urls(tmp_path)
-    waiting = _waiting_urls(redis_url)
+    waiting = waiting_urls(redis_url)
     fetches = report.fetch_counts()
 
     # --- each corner's documented outcome -------------------------------------

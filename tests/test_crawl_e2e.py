@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
-from scrapy.settings import Settings
 
-from demo.fleet import push_seeds, start_worker, stop
-from demo.localcrawl import CrawlReport, crawl_sandbox, sandbox_settings
 from extensions.connection.embedded import RedisProcess
 from extensions.keys import FrontierKeys
 from extensions.utils.hosts import host_key, host_partition
-from pipelines.stores import store_from_settings
 from sandbox.process import SandboxProcess
 from sandbox.site import SiteSpec, crawl_delay_map
+from tests.support import FLEET
+from tests.support.fleet import push_seeds, start_worker, stop
+from tests.support.localcrawl import crawl_sandbox, sandbox_settings
+from tests.support.outcomes import assert_complete, in_flight, stored_urls
+from tests.support.polling import redis_time_ms, wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -35,27 +35,6 @@ pytestmark = pytest.mark.slow
 # download, and the request then crosses the loopback stack and the server's
 # accept loop before the sandbox stamps its arrival.
 SLACK_MS = 15.0
-
-
-def stored_urls(home: Path) -> dict[str, Any]:
-    store = store_from_settings(Settings({"WEBCRAWL_HOME": str(home)}))
-    store.open(create=False)
-    try:
-        return {page.url: page for page in store.iter_pages()}
-    finally:
-        store.close()
-
-
-def assert_complete(report: CrawlReport, home: Path) -> None:
-    expected = report.spec.reachable_urls(report.port)
-    counts = report.fetch_counts()
-    missing = expected - set(counts)
-    assert not missing, f"never fetched: {sorted(missing)[:5]}"
-    assert not report.disallowed_fetches()
-    pages = stored_urls(home)
-    not_stored = {u for u in expected if u not in pages}
-    assert not not_stored, f"not stored: {sorted(not_stored)[:5]}"
-    assert all(pages[u].metadata["status"] == 200 for u in expected)
 
 
 @pytest.mark.parametrize("partitions", [1, 4])
@@ -104,6 +83,7 @@ def test_two_workers_fetch_every_allowed_page_once(
     ]
 
 
+@FLEET
 @pytest.mark.parametrize("partitions", [1, 4])
 def test_fleet_politeness(redis_url: str, tmp_path: Path, partitions: int) -> None:
     """Four workers, 100 hosts, 300 ms per host, three hosts with a robots
@@ -132,27 +112,7 @@ def test_fleet_politeness(redis_url: str, tmp_path: Path, partitions: int) -> No
     assert max(report.robots_fetches().values()) == 1
 
 
-def in_flight(redis_url: str, pid: int, partitions: int = 1) -> int:
-    """Requests worker ``pid`` holds in Redis: its leases and its batches
-    written ahead of the dupefilter, in every partition."""
-    client = redis.Redis.from_url(redis_url)
-    try:
-        prefix = f"{socket.gethostname()}-{pid}-"
-        leases = batches = 0
-        for p in range(partitions):
-            keys = FrontierKeys("web", p, partitions)
-            leases += sum(
-                1
-                for lease in client.hkeys(keys.lease_data)
-                if lease.decode().startswith(prefix)
-            )
-            for wal in client.scan_iter(match=keys.wal_prefix + prefix + "*"):
-                batches += sum(len(json.loads(v)) for v in client.hvals(wal))
-        return leases + batches
-    finally:
-        client.close()
-
-
+@FLEET
 @pytest.mark.parametrize("partitions", [1, 4])
 def test_sigkilled_workers_lose_nothing(
     redis_url: str, tmp_path: Path, partitions: int
@@ -165,6 +125,8 @@ def test_sigkilled_workers_lose_nothing(
 
     def chaos(procs: list[Any], web: SandboxProcess) -> None:
         rng = random.Random(5)
+        # The kills come mid-crawl, however slowly a loaded machine starts.
+        wait_until(lambda: len(web.records()) >= 20, timeout=60)
         for n in range(3):
             time.sleep(rng.uniform(1.0, 3.0))
             victim = rng.randrange(len(procs))
@@ -256,11 +218,6 @@ def test_crawl_waits_out_a_redis_restart(tmp_path: Path) -> None:
     print(f"robots.txt locks at the stop: {restart['locks']}; first page "
           f"after Redis came back, s: {late}")  # fmt: skip
     assert late and max(late.values()) <= RECOVERY_S, late
-
-
-def redis_time_ms(client: redis.Redis) -> float:
-    seconds, micros = client.time()
-    return seconds * 1000 + micros / 1000
 
 
 def test_an_idle_looking_worker_waits_out_a_redis_outage(tmp_path: Path) -> None:

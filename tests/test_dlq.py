@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio as aredis
 from scrapy import Request
 
-from demo.fleet import ROOT, worker_env
 from extensions.core.frontier.deadletters import DeadLetters, dead_letter
 from extensions.core.frontier.frontier import Frontier, QueuedRequest, Worker
 from extensions.core.frontier.serialization import request_from_bytes
 from extensions.meta import FAILURE_META
+from tests.support.fleet import ROOT, worker_env
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -19,8 +19,8 @@ from extensions.core.frontier.deadletters import DeadLetters
 from extensions.core.frontier.frontier import Frontier, QueuedRequest
 from pipelines.storage import StoragePipeline
 from pipelines.stores.sqlite import SQLiteStore
-from tests.test_host_down import DOWN, K, failing_for
-from tests.test_scheduler import make_crawler, opened
+from tests.support.hostdown import DOWN, K, failing_for
+from tests.support.scheduler import make_crawler, opened
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -22,7 +22,7 @@ import extensions.settings.defaults
 from extensions.settings import config
 from extensions.settings.config import SettingsError, setting_or_env
 from tests.httpserver import LogServer, reply
-from tests.test_mongo_faults import FakeMongo
+from tests.support.mongo import FakeMongo
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -30,8 +30,10 @@ if TYPE_CHECKING:
     import redis
 
 ROOT = Path(__file__).resolve().parent.parent
-# Close after 2 idle seconds; no politeness wait for the one page.
-QUICK = ["-s", "MAX_IDLE_TIME_BEFORE_CLOSE=2", "-s", "DOWNLOAD_DELAY=0"]
+# Close after 1 idle second, the page written within 0.2 s (not the 5 s
+# batch timer); no politeness wait for the one page.
+QUICK = ["-s", "MAX_IDLE_TIME_BEFORE_CLOSE=1", "-s", "DOWNLOAD_DELAY=0",
+         "-s", "PIPELINE_FLUSH_INTERVAL=0.2"]  # fmt: skip
 
 
 @pytest.fixture

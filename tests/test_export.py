@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -22,17 +19,20 @@ import redis
 from scrapy.settings import Settings
 from warcio.archiveiterator import ArchiveIterator
 
-from demo.fleet import ROOT, worker_env
-from demo.localcrawl import CrawlReport, crawl_sandbox
 from pipelines.records import RECORD_FIELDS
 from pipelines.stores import store_from_settings
 from sandbox.site import Request, Site, SiteSpec
+from tests.support.localcrawl import CrawlReport, crawl_sandbox
+from tests.support.tools import WARCIO, run_tool
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from extensions.connection.embedded import RedisProcess
     from pipelines.stores.base import StoredPage
 
-pytestmark = pytest.mark.slow
+# The module's crawl (a fixture) runs once: in one pytest-xdist process.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("export")]
 
 # Hostile corners that make the WARC interesting: ETag/Last-Modified headers,
 # duplicate pages (metadata records only), redirects (the response record is
@@ -80,19 +80,6 @@ def served(site: Site, url: str) -> Any:
     process: a site is a pure function of its spec and port)."""
     parts = urlsplit(url)
     return site.handle(Request("GET", parts.hostname or "", parts.path, "", {}))
-
-
-# warcio's command line, installed next to this Python.
-WARCIO = str(Path(sys.executable).with_name("warcio"))
-
-
-def run_tool(*args: str, env: dict[str, str] | None = None, cwd: Any = ROOT) -> Any:
-    """``python ARGS`` (or ``warcio ARGS``) as a user would run it."""
-    cmd = list(args) if args[0] == WARCIO else [sys.executable, *args]
-    return subprocess.run(
-        cmd, cwd=cwd, env=worker_env(env), capture_output=True,
-        timeout=120, check=False,
-    )  # fmt: skip
 
 
 # The dead letters the frontier writes itself (extensions.core.frontier.deadletters):

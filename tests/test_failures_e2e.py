@@ -11,22 +11,19 @@ when, is judged on the sandbox's own request record.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
-import redis.asyncio as aredis
 
-from demo.fleet import start_worker, stop
-from demo.localcrawl import crawl_sandbox, sandbox_settings
-from extensions.core.frontier.deadletters import DeadLetters
 from extensions.keys import FrontierKeys
 from sandbox.hostile import DOWN_HOST, LONG_CHAIN, RETRY_LATER_SECONDS
 from sandbox.site import SiteSpec
-from tests.test_crawl_e2e import stored_urls
+from tests.support.fleet import start_worker, stop
+from tests.support.localcrawl import FAILURE_SETTINGS, crawl_sandbox, sandbox_settings
+from tests.support.outcomes import dead_letters, stored_urls, waiting_urls
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -34,51 +31,6 @@ if TYPE_CHECKING:
     from sandbox.process import SandboxProcess
 
 pytestmark = pytest.mark.slow
-
-# Short curves so the whole story fits in a test: the failure table's delays
-# at a tenth, robots.txt retried after 2 s (doubling), an 8 s budget for a
-# server that keeps answering 429 with Retry-After, heartbeats every second
-# (a killed worker's leases come back within three), and an idle time longer
-# than any retry delay of the scaled table (a retry due after the idle time
-# would be left waiting for the next run, as designed).
-SETTINGS: dict[str, object] = {
-    "RETRY_DELAY_SCALE": 0.1,
-    "ROBOTS_RETRY_INITIAL": 2,
-    "RETRY_THROTTLED_TIME_BUDGET": 8,
-    "FRONTIER_HEARTBEAT_INTERVAL": 1,
-    "DOWNLOAD_DELAY": 0.2,
-    "MAX_IDLE_TIME_BEFORE_CLOSE": 8,
-}
-
-
-def _dead_letters(redis_url: str, partitions: int = 1) -> dict[str, dict[str, Any]]:
-    async def main() -> list[dict[str, Any]]:
-        client = aredis.Redis.from_url(redis_url)
-        try:
-            return await DeadLetters(client, "web", partitions).entries()
-        finally:
-            await client.aclose()
-
-    return {e["url"]: e for e in asyncio.run(main())}
-
-
-def _waiting_urls(redis_url: str, partitions: int = 1) -> set[str]:
-    """URLs queued or delayed in the frontier (not leased: the crawl ended)."""
-    client = redis.Redis.from_url(redis_url)
-    urls: set[str] = set()
-    try:
-        for p in range(partitions):
-            k = FrontierKeys("web", p, partitions)
-            for key in client.scan_iter(match=k.queue_prefix + "*"):
-                urls.update(
-                    m.split(b"\n", 1)[0].decode() for m in client.zrange(key, 0, -1)
-                )
-            for m in client.zrange(k.delayed, 0, -1):
-                urls.add(m.split(b"\n", 3)[2].decode())
-            assert client.zcard(k.leases) == 0
-    finally:
-        client.close()
-    return urls
 
 
 def test_every_corner_ends_in_its_documented_outcome(
@@ -88,7 +40,7 @@ def test_every_corner_ends_in_its_documented_outcome(
     # The host that is down is never called down here (ROBOTS_DOWN_AFTER=0):
     # its unreachable robots.txt keeps its pages waiting, the RFC 9309 way,
     # and the crawl must close anyway.
-    settings = {**SETTINGS, "ROBOTS_DOWN_AFTER": 0}
+    settings = {**FAILURE_SETTINGS, "ROBOTS_DOWN_AFTER": 0}
     report = crawl_sandbox(
         spec, redis_url, tmp_path, workers=2, settings=settings, timeout=120
     )
@@ -98,7 +50,7 @@ def test_every_corner_ends_in_its_documented_outcome(
     def trap_url(path: str) -> str:
         return f"http://{trap}:{port}{path}"
 
-    dead = _dead_letters(redis_url)
+    dead = dead_letters(redis_url)
     reasons = {url: e["reason"] for url, e in dead.items()}
     gone = [
         f"http://gone-1.nxdomain.sandbox.test:{port}/",
@@ -134,7 +86,7 @@ def test_every_corner_ends_in_its_documented_outcome(
 
     # The host that is down: its robots.txt is unreachable, so its requests
     # wait in Redis for the next run (RFC 9309), never dropped.
-    waiting = _waiting_urls(redis_url)
+    waiting = waiting_urls(redis_url)
     assert {f"http://{DOWN_HOST}/", f"http://{DOWN_HOST}/page.html"} <= waiting
 
     # Accounting: every URL the crawl met is stored, dead-lettered or waiting.
@@ -177,7 +129,7 @@ def test_retries_survive_sigkill_and_happen_at_their_due_time(
             procs[n] = start_worker(settings, tmp_path / "logs" / f"again-{n}.log")
             restarted.append(procs[n])
 
-    down_after = {**SETTINGS, "ROBOTS_DOWN_AFTER": 2}
+    down_after = {**FAILURE_SETTINGS, "ROBOTS_DOWN_AFTER": 2}
     try:
         report = crawl_sandbox(
             spec,
@@ -203,8 +155,8 @@ def test_retries_survive_sigkill_and_happen_at_their_due_time(
     )
     # Nothing the killed workers held is lost: every reachable page is stored
     # or dead-lettered or waiting.
-    dead = _dead_letters(redis_url)
-    waiting = _waiting_urls(redis_url)
+    dead = dead_letters(redis_url)
+    waiting = waiting_urls(redis_url)
     regular = {u for u in spec.reachable_urls(port) if "/fail/" not in u}
     assert not regular - set(pages) - set(dead) - waiting
     for url in (f"http://{DOWN_HOST}/", f"http://{DOWN_HOST}/page.html"):

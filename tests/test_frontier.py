@@ -15,7 +15,8 @@ from extensions.core.frontier.frontier import (
     QueuedRequest,
     Worker,
 )
-from extensions.core.frontier.serialization import request_from_bytes, request_to_bytes
+from extensions.core.frontier.serialization import request_to_bytes
+from tests.support.frontier import q, urls
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -45,14 +46,6 @@ async def lease(
     f: Frontier, count: int, worker: str, delay_ms: int, quiet_ms: int = 1_800_000
 ) -> LeaseBatch:
     return await as_worker(f, worker, delay_ms, quiet_ms).lease(count)
-
-
-def q(url: str, priority: int = 0, host: str = "http://a.test:80") -> QueuedRequest:
-    return QueuedRequest(host, priority, request_to_bytes(Request(url)))
-
-
-def urls(batch: list[tuple[str, bytes]]) -> list[str]:
-    return [request_from_bytes(m).url for _, m in batch]
 
 
 def test_priority_then_fifo(redis_url: str) -> None:
@@ -105,10 +98,17 @@ def test_host_record_delay_backoff_and_park(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
     async def body(f: Frontier) -> None:
-        await f.commit([q(f"http://a.test/{i}") for i in range(3)])
+        await f.commit([q(f"http://a.test/{i}") for i in range(4)])
         await f.client.hset(f.keys.host("http://a.test:80"), mapping={"delay": 50})
+        # The robots.txt delay beats a shorter DOWNLOAD_DELAY...
+        got = await lease(f, 10, "w1", 20)
+        assert len(got.leases) == 1 and 20 < got.wait_ms <= 50
+        # ... and a longer one beats it (the record keeps the Crawl-delay
+        # alone: the larger of the two spaces the host).
+        await asyncio.sleep(0.06)
         got = await lease(f, 10, "w1", 10_000)
-        assert len(got.leases) == 1 and got.wait_ms <= 50
+        assert len(got.leases) == 1 and 9_000 < got.wait_ms <= 10_000
+        await f.client.zadd(f.keys.ready, {"http://a.test:80": 0})
         sec, _ = await f.client.time()
         await f.client.hset(
             f.keys.host("http://a.test:80"),

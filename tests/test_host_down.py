@@ -10,9 +10,8 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-from scrapy import Request, Spider
+from scrapy import Request
 from scrapy.exceptions import DownloadConnectionRefusedError
-from scrapy.statscollectors import MemoryStatsCollector
 
 from extensions import meta
 from extensions.core.frontier import hostrecord as hosts
@@ -20,42 +19,24 @@ from extensions.core.frontier.deadletters import DeadLetters
 from extensions.core.frontier.frontier import Frontier, QueuedRequest, Worker
 from extensions.downloadermiddlewares.backoff import BackoffMiddleware
 from extensions.downloadermiddlewares.failurepolicy import FailurePolicyMiddleware
-from extensions.keys import FrontierKeys
 from extensions.meta import FAILURE_META
 from extensions.settings import defaults
 from extensions.utils.failures import HostDown
-from tests.utils import get_crawler, run_redis
+from tests.support.hostdown import (
+    DOWN,
+    OTHER,
+    K,
+    failing_for,
+    middleware_crawler,
+    queue_some,
+)
+from tests.utils import run_redis
 
 if TYPE_CHECKING:
     import redis
     import redis.asyncio as aredis
 
-DOWN = "http://down.test:80"
-OTHER = "http://up.test:80"
-K = FrontierKeys("web")
 AFTER_MS = 900_000
-
-
-def failing_for(client: redis.Redis, hostkey: str, ms: int, fails: int = 5) -> None:
-    sec, usec = client.time()
-    now = int(sec) * 1000 + int(usec) // 1000
-    client.hset(K.host(hostkey), mapping={"fails": fails, "failing_since": now - ms})
-
-
-def queue_some(redis_url: str) -> None:
-    async def body(client: aredis.Redis) -> None:
-        frontier = Frontier(client, "web")
-        await frontier.commit(
-            [
-                QueuedRequest(DOWN, 5, b"http://down.test/a"),
-                QueuedRequest(DOWN, -2, b'http://down.test/b\n{"m":{"depth":1}}'),
-                QueuedRequest(DOWN, 0, b"http://down.test/retry", delay_ms=60_000),
-                QueuedRequest(OTHER, 0, b"http://up.test/x"),
-                QueuedRequest(OTHER, 0, b"http://up.test/later", delay_ms=60_000),
-            ]
-        )
-
-    run_redis(redis_url, body)
 
 
 def judge(redis_url: str, after_ms: int = AFTER_MS) -> tuple[int, int, bool]:
@@ -144,19 +125,12 @@ def test_new_requests_of_a_down_host_go_straight_to_the_dlq_until_it_answers(
     assert run_redis(redis_url, lambda c: Frontier(c, "web", worker).lease(5)).leases
 
 
-def _crawler(redis_url: str, **settings: Any) -> Any:
-    crawler = get_crawler(Spider, settings_dict={"REDIS_URL": redis_url, **settings})
-    crawler.spider = Spider("web")
-    crawler.stats = MemoryStatsCollector(crawler)
-    return crawler
-
-
 def test_a_failure_under_a_verdict_is_given_up_as_host_down(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
     """The back-off middleware (560) judges the host and marks the request;
     the failure policy (550) then gives it up instead of retrying it."""
-    crawler = _crawler(redis_url, HOST_DOWN_AFTER=AFTER_MS / 1000)
+    crawler = middleware_crawler(redis_url, HOST_DOWN_AFTER=AFTER_MS / 1000)
     backoff = BackoffMiddleware.from_crawler(crawler)
     policy = FailurePolicyMiddleware.from_crawler(crawler)
     failing_for(redis_client, DOWN, AFTER_MS + 1000, fails=defaults.BREAKER_THRESHOLD)
@@ -188,7 +162,7 @@ def test_a_hostdown_page_failure_is_judged_but_not_counted_again(
     """The robots middleware's HostDown (its robots.txt fetches were the
     counted failures) must not park the host behind the breaker, but the run
     of failures it continues reaches the verdict."""
-    crawler = _crawler(redis_url, HOST_DOWN_AFTER=AFTER_MS / 1000)
+    crawler = middleware_crawler(redis_url, HOST_DOWN_AFTER=AFTER_MS / 1000)
     backoff = BackoffMiddleware.from_crawler(crawler)
     failing_for(redis_client, DOWN, AFTER_MS + 1000, fails=2)
     request = Request("http://down.test/page")

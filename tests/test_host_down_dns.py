@@ -23,7 +23,13 @@ from extensions.downloadermiddlewares.failurepolicy import FailurePolicyMiddlewa
 from extensions.meta import FAILURE_META
 from extensions.settings.defaults import DNS_DOWN_AFTER
 from extensions.utils.failures import HostUnresolvable
-from tests.test_host_down import DOWN, K, _crawler, failing_for, queue_some
+from tests.support.hostdown import (
+    DOWN,
+    K,
+    failing_for,
+    middleware_crawler,
+    queue_some,
+)
 from tests.utils import run_redis
 
 if TYPE_CHECKING:
@@ -52,7 +58,7 @@ def dlq_entries(redis_client: redis.Redis) -> dict[str, Any]:
 def test_an_unresolvable_host_is_given_up_whole(
     redis_url: str, redis_client: redis.Redis, error: Exception
 ) -> None:
-    crawler = _crawler(redis_url)
+    crawler = middleware_crawler(redis_url)
     backoff = BackoffMiddleware.from_crawler(crawler)
     policy = FailurePolicyMiddleware.from_crawler(crawler)
     queue_some(redis_url)  # 2 queued and 1 delayed request of DOWN
@@ -118,7 +124,7 @@ def test_an_unresolvable_host_is_given_up_whole(
 def test_dns_down_after_zero_never_judges(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
-    crawler = _crawler(redis_url, DNS_DOWN_AFTER=0)
+    crawler = middleware_crawler(redis_url, DNS_DOWN_AFTER=0)
     backoff = BackoffMiddleware.from_crawler(crawler)
     queue_some(redis_url)
     failing_for(redis_client, DOWN, 3_600_000, fails=1)

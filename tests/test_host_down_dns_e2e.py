@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from demo.localcrawl import crawl_sandbox
 from pipelines.stores.sqlite import SQLiteStore
 from sandbox.hostile import DNS_DOWN_HOST, DNS_DOWN_LINKS
 from sandbox.site import SiteSpec
-from tests.test_failures_e2e import _dead_letters, _waiting_urls
+from tests.support.localcrawl import crawl_sandbox
+from tests.support.outcomes import dead_letters, waiting_urls
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -49,10 +49,10 @@ def test_an_unresolvable_host_is_dead_lettered_as_a_whole(
     )
     assert report.exit_codes == [0], report.log_dir
     urls = {f"http://{DNS_DOWN_HOST}/p/{n}.html" for n in range(DNS_DOWN_LINKS)}
-    dead = _dead_letters(redis_url)
+    dead = dead_letters(redis_url)
     assert urls <= set(dead), sorted(urls - set(dead))[:5]
     assert {dead[url]["reason"] for url in urls} == {"dns"}
-    assert not urls & _waiting_urls(redis_url)
+    assert not urls & waiting_urls(redis_url)
     # Most were swept by the verdict (attempts 0), not fetched one by one.
     swept = [u for u in urls if dead[u]["attempts"] == 0]
     assert len(swept) >= DNS_DOWN_LINKS // 2, len(swept)

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
-from demo.fleet import push_seeds, start_worker, stop, wait_all
-from demo.localcrawl import crawl_sandbox, reset_crawl
 from extensions.core.frontier.lua import POISON_KEEP
 from extensions.keys import FrontierKeys
 from sandbox.process import SandboxProcess
 from sandbox.site import SiteSpec
-from tests.test_crawl_e2e import assert_complete
+from tests.support.fleet import push_seeds, start_worker, stop, wait_all
+from tests.support.localcrawl import crawl_sandbox, reset_crawl
+from tests.support.outcomes import assert_complete
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -125,7 +125,10 @@ def test_hostile_seeds_cost_nothing_but_themselves(
     for words, reason in zip(START_HOSTILE.values(), reasons, strict=False):
         assert words in reason
     assert "Port out of range" in reasons[len(START_HOSTILE)]
-    assert "'frontier_lease' not allowed" in reasons[len(START_HOSTILE) + 1]
+    assert (
+        "'frontier_lease' is one Scrapy or webcrawl reads: not allowed"
+        in reasons[len(START_HOSTILE) + 1]
+    )
     assert len(records) == len(START_HOSTILE) + 2
     # The huge entry is kept cut, with its length.
     assert records[3]["length"] == len("http://sandbox.test/") + 100_000
@@ -197,7 +200,7 @@ def test_a_broken_seed_list_is_reported_and_polling_goes_on(
         "BLOOM_CAPACITY": 1_000_000,
         "DOWNLOAD_DELAY": 0.02,
         "LOG_LEVEL": "INFO",
-        # The sandbox web listens on loopback (demo.localcrawl does the same).
+        # The sandbox web listens on loopback (tests.support.localcrawl does the same).
         "ALLOW_PRIVATE_ADDRESSES": True,
     }
     try:
@@ -225,6 +228,7 @@ def test_a_broken_seed_list_is_reported_and_polling_goes_on(
     text = log.read_text()
     assert reported, text[-3000:]
     assert codes == [0]
-    assert "ERROR" in text and "WRONGTYPE" in text and "Traceback" in text
+    assert "ERROR" in text and "Traceback" in text
+    assert "seed key web:start_urls is a string, not a list" in text
     assert "Seed poll works again" in text
     assert not missing, sorted(missing)[:5]

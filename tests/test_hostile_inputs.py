@@ -33,7 +33,8 @@ from extensions.core.seeds import (
     SeedList,
     parse_seed,
 )
-from tests.test_scheduler import drain, make_crawler, opened, run, wait_for
+from tests.support.polling import until
+from tests.support.scheduler import drain, make_crawler, opened, run, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -354,15 +355,16 @@ def test_scheduler_quarantines_a_poisoned_queue_entry(redis_url: str) -> None:
             "request class 'this.s' is not allowed"
         ]
         assert records[0]["key"] == f.keys.lease_data
-        assert crawler.stats.get_value("scheduler/poison") == 1
-        # Its lease ends (acknowledged by the next push): then only the good
-        # request's lease is out. Waited for, not slept on: under load the
-        # push came after a fixed 0.3 s.
-        for _ in range(200):
-            if await f.client.zcard(f.keys.leases) == 1:
-                break
-            await asyncio.sleep(0.05)
-        assert await f.client.zcard(f.keys.leases) == 1
+        # Counted once the quarantine script has answered the worker's task
+        # (the record is in Redis a moment before).
+        stats = crawler.stats
+        assert await until(lambda: stats.get_value("scheduler/poison") == 1)
+
+        # Its lease ended: only the good request's lease is out.
+        async def one_lease() -> bool:
+            return int(await f.client.zcard(f.keys.leases)) == 1
+
+        assert await until(one_lease), await f.client.zcard(f.keys.leases)
         await s.close_async("finished")
 
     run(body)

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from demo.localcrawl import crawl_sandbox
 from sandbox.site import SiteSpec
+from tests.support import FLEET
+from tests.support.localcrawl import crawl_sandbox
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, FLEET]
 
 # Requests to four hosts at DOWNLOAD_DELAY 0.2 s come every ~50 ms; parsing
 # and following all 100,000 links held the reactor for seconds.

@@ -19,11 +19,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 
-from demo.localcrawl import crawl_sandbox
 from extensions.extensions.metrics import METRICS, PrometheusMetrics, WorkerCollector
 from extensions.settings import defaults
 from pipelines.stores import store_from_settings
 from sandbox.site import SiteSpec
+from tests.support.localcrawl import crawl_sandbox
+from tests.support.polling import wait_until
 from tests.utils import get_crawler
 from webcrawl.addon import Webcrawl
 
@@ -152,7 +153,7 @@ def test_two_workers_serve_consistent_metrics(redis_url: str, tmp_path: Path) ->
             time.sleep(0.2)
         # Poll until the crawl is quiescent: nothing queued or leased in the
         # whole crawl and the fleet's stored count steady for a while.
-        last, steady = -1.0, 0
+        last, steady, vals = -1.0, 0, []
         while time.monotonic() < deadline and steady < 3:
             vals = [values(scrape(p)) for p in ports]
             stored = total(vals, "webcrawl_pages_stored_total")
@@ -163,8 +164,15 @@ def test_two_workers_serve_consistent_metrics(redis_url: str, tmp_path: Path) ->
             )
             steady = steady + 1 if idle and stored == last and stored > 0 else 0
             last = stored
-            time.sleep(1.0)
-        time.sleep(0.5)  # the sandbox flushes its record every 0.1 s
+            time.sleep(0.5)  # two METRICS_REFRESH_INTERVALs
+        # The sandbox flushes its record every 0.1 s: wait until it holds as
+        # many requests as the fleet counted responses (bounded: a mismatch
+        # that stays fails below).
+        counted = sum(
+            total(vals, "webcrawl_responses_total", status_class=c)
+            for c in ("2xx", "3xx", "4xx", "5xx")
+        )
+        wait_until(lambda: len(web.records()) >= counted, timeout=5)
         records = web.records()
         sandbox_counts["pages"] = sum(r["path"] != "/robots.txt" for r in records)
         sandbox_counts["robots"] = sum(r["path"] == "/robots.txt" for r in records)
@@ -180,10 +188,11 @@ def test_two_workers_serve_consistent_metrics(redis_url: str, tmp_path: Path) ->
             "DOWNLOAD_DELAY": 0.05,
             "METRICS_PORT": first,
             "METRICS_HOST": "127.0.0.1",
-            "METRICS_REFRESH_INTERVAL": 0.5,
+            "METRICS_REFRESH_INTERVAL": 0.25,
             "BLOOM_STATS_INTERVAL": 1,
-            # Time to scrape the quiescent workers before they close.
-            "MAX_IDLE_TIME_BEFORE_CLOSE": 12,
+            # Time to scrape the quiescent workers before they close (the
+            # watch sees them steady for 1.5 s, then scrapes).
+            "MAX_IDLE_TIME_BEFORE_CLOSE": 8,
         },
         during=watch,
         timeout=180,

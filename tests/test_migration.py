@@ -29,8 +29,6 @@ from scrapy_redis import picklecompat
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import FifoQueue, LifoQueue, PriorityQueue
 
-from demo.fleet import start_worker, wait_all
-from demo.localcrawl import reset_crawl, sandbox_settings
 from extensions.core import migration
 from extensions.core.bloom import AsyncBloomFilter, BloomConfig
 from extensions.core.frontier.lua import priority_from_score
@@ -39,6 +37,8 @@ from extensions.keys import FrontierKeys
 from sandbox.process import SandboxProcess
 from sandbox.site import SiteSpec
 from tests import srjson
+from tests.support.fleet import start_worker, wait_all
+from tests.support.localcrawl import reset_crawl, sandbox_settings
 from tests.utils import get_crawler
 from webcrawl.spiders.web import WebSpider
 

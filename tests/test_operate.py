@@ -9,7 +9,6 @@ sandbox's request record.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import subprocess
@@ -20,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from scrapy.settings import Settings
 
-from demo.fleet import ROOT, start_worker, stop, worker_env
-from demo.localcrawl import crawl_sandbox, reset_crawl
 from extensions.connection.embedded import find_redis_binary, stop_embedded
 from extensions.keys import FrontierKeys, StatsKeys, start_urls
 from pipelines.stores.sqlite import SQLiteStore
 from sandbox.process import SandboxProcess
 from sandbox.site import SiteSpec
+from tests.support.fleet import ROOT, start_worker, stop, worker_env
+from tests.support.localcrawl import crawl_sandbox, reset_crawl
+from tests.support.tools import scrapy, status
 from webcrawl.addon import install_defaults
 from webcrawl.operate import gather_status
 
@@ -39,34 +39,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.slow
 
 DOCS = ROOT / "docs"
-
-
-def scrapy(
-    *args: str,
-    settings: dict[str, object] | None = None,
-    stdin: str = "",
-    env: Any = None,
-) -> subprocess.CompletedProcess[str]:
-    """Run ``scrapy <args>`` in the project directory, as an operator would."""
-    cmd = [sys.executable, "-m", "scrapy", *args]
-    for name, value in (settings or {}).items():
-        cmd += ["-s", f"{name}={value}"]
-    return subprocess.run(
-        cmd,
-        check=False,
-        cwd=ROOT,
-        env=worker_env(env),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def status(settings: dict[str, object]) -> dict[str, Any]:
-    done = scrapy("status", "--json", settings=settings)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 def peek(settings: dict[str, object]) -> dict[str, Any]:
@@ -120,7 +92,10 @@ def worker_settings(settings: dict[str, object], **extra: object) -> dict[str, o
         "STATS_FOLD_INTERVAL": 0.3,
         "LOGSTATS_INTERVAL": 1,
         "PIPELINE_FLUSH_INTERVAL": 0.2,
-        "FRONTIER_HEARTBEAT_INTERVAL": 0.5,
+        # A worker silent for three beats is taken for dead and leaves the
+        # registry: at 0.5 s a loaded machine's stall of 1.5 s made a live,
+        # paused worker vanish from `scrapy status`.
+        "FRONTIER_HEARTBEAT_INTERVAL": 2,
         "WEB_ALLOWED_DOMAINS": "sandbox.test",
         # The sandbox web is on loopback: lift the SSRF guard.
         "ALLOW_PRIVATE_ADDRESSES": True,
@@ -207,10 +182,10 @@ def test_worker_without_seeds_says_so(
     proc = start_worker(worker_settings(settings), log)
     try:
         wait_for("the no-seeds log line", lambda: "No seeds" in log.read_text())
-        s = wait_for(
-            "the worker in scrapy status",
-            lambda: (s := status(settings))["workers"] and s,
-        )
+        # Polled in this process (a `scrapy status` costs a second of CPU),
+        # then asked of the command once.
+        wait_for("the worker in the status", lambda: peek(settings)["workers"])
+        s = status(settings)
         assert s["waiting_for_seeds"] is True
         assert s["workers"][0]["waiting_for_seeds"] is True
         assert s["workers"][0]["pid"] == proc.pid

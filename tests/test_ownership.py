@@ -32,6 +32,7 @@ OWNERS: dict[str, set[str]] = {
         "extensions/connection/locks.py",
     },
     "spill refill lock": {FRONTIER + "spill.py", "extensions/connection/locks.py"},
+    "host overrides": {LUA},
     "seed list": {"extensions/core/seeds.py"},
     "robots.txt cache": {
         "extensions/downloadermiddlewares/robotstxt.py",
@@ -67,11 +68,15 @@ NAMES: dict[str, str] = {
             "dlq_unrecorded",
             "refill",
             "partitions",
+            "ip_schedule",
         ],
         "frontier",
     ),
+    "overrides": "host overrides",
     "lock": "download lock",
     "host_lock": "download lock",
+    "inflight": "download lock",
+    "host_inflight": "download lock",
     "spill_lock": "spill refill lock",
     **dict.fromkeys(
         [
@@ -203,9 +208,7 @@ def test_lua_stands_only_in_an_owner_module() -> None:
     assert LUA in with_lua
 
 
-HOST_FIELDS = "|".join(
-    [*lua.RECORD_FIELDS, lua.DOWN_REASON, lua.SPILLED, lua.SPILLING, lua.SPILL_LOW]
-)
+HOST_FIELDS = "|".join(lua.FIELDS)
 FIELD_WRITE = re.compile(
     r"'(HSET|HSETNX|HINCRBY|HDEL|HMSET)',\s*[\w.\[\]]+,\s*'(" + HOST_FIELDS + r")'"
 )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import re
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.packaging import SHIPPED, clean_copy, dev_tool
+
 ROOT = Path(__file__).resolve().parent.parent
-# What scrapyd runs: the application and the two libraries it wires together.
-SHIPPED = ("webcrawl", "extensions", "pipelines")
 
 
 def source_modules() -> set[str]:
@@ -31,29 +30,6 @@ def source_modules() -> set[str]:
         for path in (ROOT / top).rglob("*")
         if path.suffix in (".py", ".typed") and "__pycache__" not in path.parts
     }
-
-
-def clean_copy(dest: Path) -> Path:
-    """Copy what a fresh clone holds (plus files not yet committed, minus
-    ignored ones) to ``dest``: no build/, *.egg-info or editable install of
-    the checkout can add or hide anything."""
-    files = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, check=True, capture_output=True,
-    ).stdout.decode().split("\0")  # fmt: skip
-    for name in filter(None, files):
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
-    return dest
-
-
-def dev_tool(name: str) -> str:
-    """A console script of the development environment (requirements-dev.txt)."""
-    found = shutil.which(name, path=str(Path(sys.executable).parent))
-    if found is None:
-        pytest.fail(f"{name} is not installed (pip install -r requirements-dev.txt)")
-    return found
 
 
 def build_egg(tmp_path: Path) -> Path:
@@ -69,12 +45,33 @@ def build_egg(tmp_path: Path) -> Path:
     return egg
 
 
+# pkg/__pycache__/mod.cpython-311.pyc (or pkg/mod.pyc): groups pkg/ and mod.
+BYTECODE = re.compile(r"((?:[^/]+/)*?)(?:__pycache__/)?([^/.]+)(?:\.[\w-]+)?\.pyc")
+
+
+def compiled_source(name: str) -> str:
+    """The module a bytecode file of an egg was compiled from; other names
+    as they are.
+
+    >>> compiled_source("webcrawl/__pycache__/addon.cpython-311.pyc")
+    'webcrawl/addon.py'
+    >>> compiled_source("webcrawl/addon.pyc"), compiled_source("webcrawl/py.typed")
+    ('webcrawl/addon.py', 'webcrawl/py.typed')
+    """
+    match = BYTECODE.fullmatch(name)
+    if match is None:
+        return name
+    return f"{match.group(1)}{match.group(2)}.py"
+
+
 @pytest.mark.slow
 def test_scrapyd_egg_holds_exactly_the_shipped_packages(tmp_path: Path) -> None:
     with zipfile.ZipFile(build_egg(tmp_path)) as z:
         names = set(z.namelist())
         entry_points = z.read("EGG-INFO/entry_points.txt").decode()
-    shipped = {n for n in names if not n.startswith("EGG-INFO/")}
+    # bdist_egg byte-compiles the modules unless PYTHONDONTWRITEBYTECODE is
+    # set (make test unsets it): a module's bytecode ships as that module.
+    shipped = {compiled_source(n) for n in names if not n.startswith("EGG-INFO/")}
     expected = source_modules()
     assert "pipelines/stores/sqlite.py" in expected  # the module issue 17 lost
     assert "webcrawl/commands/crawl.py" in expected  # COMMANDS_MODULE: scrapyd runs it
@@ -122,6 +119,36 @@ def test_production_never_imports_test_or_demo_code() -> None:
         if module.endswith(".py")
     }
     assert not {m: names for m, names in offenders.items() if names}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Full dotted names ``path`` imports, lazy imports inside functions included."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in tests/support/ (or tests/utils.py), never
+    in a test module; and the fleet harness left demo/."""
+    users = [*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]
+    users += (ROOT / "demo").rglob("*.py")
+    offenders = {
+        path.relative_to(ROOT).as_posix(): sorted(
+            name
+            for name in imported_modules(path)
+            if name.startswith("tests.test_")
+            or name in ("demo.fleet", "demo.localcrawl", "demo.cluster")
+        )
+        for path in users
+    }
+    assert not {m: names for m, names in offenders.items() if names}
+    assert (ROOT / "tests" / "support" / "localcrawl.py").is_file()
 
 
 def test_production_settings_name_no_sandbox_code() -> None:

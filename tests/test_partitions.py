@@ -12,9 +12,11 @@ import pytest
 import redis.asyncio as aredis
 from redis.commands.core import AsyncScript
 from redis.crc import key_slot
-from scrapy import Request
+from scrapy import Request, Spider
 from scrapy.settings import Settings
+from scrapy.statscollectors import MemoryStatsCollector
 
+from extensions import meta
 from extensions.core.frontier import frontier as frontier_module
 from extensions.core.frontier.deadletters import DeadLetter, DeadLetters
 from extensions.core.frontier.frontier import (
@@ -31,11 +33,10 @@ from extensions.downloadermiddlewares.politeness import HostLock, PolitenessMidd
 from extensions.extensions.metrics import PrometheusMetrics
 from extensions.keys import FrontierKeys, host_lock, partition_tag
 from extensions.meta import FRONTIER_LEASE
-from extensions.settings import config
 from extensions.signals import items_stored
 from extensions.utils.hosts import host_partition
 from pipelines.items import PageItem
-from tests.test_scheduler import make_crawler, opened
+from tests.support.scheduler import make_crawler, opened
 from tests.utils import get_crawler, run_redis
 from webcrawl.addon import install_defaults
 from webcrawl.operate import gather_status, reset, set_paused
@@ -375,17 +376,39 @@ def test_pause_status_and_dlq_see_every_partition(
     run_redis(redis_url, body)
 
 
-@pytest.mark.parametrize("mode", ["domain", "ip"])
-def test_a_lock_wider_than_a_host_needs_one_partition(mode: str) -> None:
+@pytest.mark.parametrize("mode", ["domain", "ip", "host,ip"])
+def test_a_lock_wider_than_a_host_lives_in_its_own_partition(
+    redis_url: str, redis_client: redis.Redis, mode: str
+) -> None:
+    """Issue 26: POLITENESS_KEY domain or ip was refused with P > 1 (one
+    script could not set the lock with each host's record). Each lock now
+    lives in the partition of its id and is taken by a script of its own."""
     crawler = get_crawler(
+        Spider,
         settings_dict={
             "POLITENESS_KEY": mode,
-            "FRONTIER_PARTITIONS": 2,
-            "REDIS_URL": "redis://127.0.0.1:1",
-        }
+            "FRONTIER_PARTITIONS": P,
+            "DOWNLOAD_DELAY": 1.0,
+            "REDIS_URL": redis_url,
+        },
     )
-    with pytest.raises(config.SettingsError, match="FRONTIER_PARTITIONS=1"):
-        PolitenessMiddleware(crawler)
+    crawler.spider = Spider("web")
+    crawler.stats = MemoryStatsCollector(crawler)
+    mw = PolitenessMiddleware(crawler)
+
+    async def main() -> list[str]:
+        request = Request("http://localhost:8080/x")
+        try:
+            assert await mw.process_request(request) is None
+        finally:
+            await mw.lock.client.aclose()
+        return [lock["id"] for lock in request.meta[meta.POLITENESS_LOCK]["locks"]]
+
+    ids = asyncio.run(main())
+    assert len(ids) == len(mode.split(","))
+    for lock_id in ids:
+        key = host_lock("web", lock_id, host_partition(lock_id, P), P)
+        assert redis_client.pttl(key) > 1000  # spacing + hold
 
 
 def test_write_ahead_batches_are_json_per_partition(
@@ -541,7 +564,7 @@ def test_the_spill_caps_and_refills_each_partitions_hosts(
     priority then arrival order per host; their spill counters and refill
     SET live in their own partition's tag (the autouse guard checks every
     commit, refill and confirm script names one slot)."""
-    from tests.test_scheduler import drain
+    from tests.support.scheduler import drain
 
     parts, hosts = 3, []
     for p in range(parts):

@@ -17,9 +17,9 @@ import pytest
 import redis
 from scrapy.settings import Settings
 
-from demo.localcrawl import crawl_sandbox
 from extensions.keys import FrontierKeys
 from sandbox.site import SiteSpec
+from tests.support.localcrawl import crawl_sandbox
 from webcrawl.addon import install_defaults
 from webcrawl.operate import set_paused
 

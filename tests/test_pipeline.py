@@ -22,6 +22,7 @@ from pipelines.records import RECORD_FIELDS
 from pipelines.storage import StoragePipeline
 from pipelines.stores.base import BatchResult, TransientStoreError
 from pipelines.stores.sqlite import SQLiteStore
+from tests.support.polling import until
 from tests.utils import get_crawler
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def test_batches_by_size_and_on_close(tmp_path: Path) -> None:
         await b.open()
         for i in range(10):
             await b.put(prepare_page(item(i)))
-        await asyncio.sleep(0.3)
+        assert await until(lambda: len(stored) >= 2)
         assert [len(s) for s in stored] == [4, 4]  # 2 left buffered
         assert await b.close() == []
 
@@ -134,7 +135,8 @@ def test_retry_backpressure_and_no_loss(tmp_path: Path) -> None:
         for i in range(10):
             await b.put(prepare_page(item(i)))
         blocked = asyncio.ensure_future(b.put(prepare_page(item(10))))
-        await asyncio.sleep(0.3)
+        # Three failed writes at most 0.05 s apart: put() still blocked.
+        assert await until(lambda: store.calls >= 3 and b.pressure)
         assert not blocked.done() and b.pending == 10 and b.pressure
         assert stored == [] and store.calls >= 3
         store.down.clear()

@@ -24,6 +24,7 @@ from extensions.downloadermiddlewares.politeness import (
 from extensions.settings.config import SettingsError
 from extensions.utils.hosts import host_key
 from tests.httpserver import Crawl, LogServer, reply
+from tests.support import FLEET
 from tests.utils import get_crawler
 
 if TYPE_CHECKING:
@@ -221,16 +222,28 @@ def _middleware(redis_url: str, **settings: Any) -> PolitenessMiddleware:
 @pytest.mark.parametrize(
     ("mode", "url", "expected"),
     [
-        ("host", "https://www.Example.co.uk/a", "https://www.example.co.uk:443"),
-        ("domain", "https://www.example.co.uk/a", "example.co.uk"),
-        ("domain", "http://127.0.0.1:8080/", "127.0.0.1"),
-        ("ip", "http://localhost:8080/", "127.0.0.1"),
+        (
+            "host",
+            "https://www.Example.co.uk/a",
+            [("host", "https://www.example.co.uk:443")],
+        ),
+        ("domain", "https://www.example.co.uk/a", [("domain", "example.co.uk")]),
+        ("domain", "http://127.0.0.1:8080/", [("domain", "127.0.0.1")]),
+        ("ip", "http://localhost:8080/", [("ip", "127.0.0.1")]),
+        # Several kinds: taken in one fixed order, whatever the setting's.
+        (
+            "ip, host",
+            "http://localhost:8080/",
+            [("host", "http://localhost:8080"), ("ip", "127.0.0.1")],
+        ),
     ],
 )
-def test_lock_id_modes(redis_url: str, mode: str, url: str, expected: str) -> None:
+def test_lock_id_modes(
+    redis_url: str, mode: str, url: str, expected: list[tuple[str, str]]
+) -> None:
     mw = _middleware(redis_url, POLITENESS_KEY=mode)
     request = Request(url)
-    assert asyncio.run(mw.lock_id(request, host_key(request))) == expected
+    assert asyncio.run(mw.lock_ids(request, host_key(request))) == expected
 
 
 def test_middleware_waits_and_counts(redis_url: str) -> None:
@@ -295,6 +308,7 @@ def site() -> Iterator[LogServer]:
 
 
 @pytest.mark.slow
+@FLEET
 def test_two_workers_share_the_delay_and_robots(
     tmp_path: Path, redis_url: str, site: LogServer
 ) -> None:

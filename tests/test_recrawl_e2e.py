@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from demo.fleet import stop
-from demo.localcrawl import crawl_sandbox
 from pipelines.read import main as read_main
 from sandbox.changes import ChangeModel
 from sandbox.site import SiteSpec
+from tests.support.fleet import stop
+from tests.support.localcrawl import crawl_sandbox
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -104,7 +104,7 @@ def test_two_workers_revisit_changing_pages(
 
     # The store holds what the server served most recently: the ETag of the
     # last 200 (the crawl stopped gracefully, so every fetch was stored).
-    from tests.test_crawl_e2e import stored_urls
+    from tests.support.outcomes import stored_urls
 
     pages = stored_urls(tmp_path)
     stale = {}

@@ -25,7 +25,6 @@ from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy_redis.spiders import RedisCrawlSpider, RedisSpider
 
-from demo.fleet import push_seeds, stop_all, wait_all
 from extensions.core.seeds import SeedList, SeedSource, Taken
 from extensions.extensions.redismixin import RedisMixinSeeds, request_maker
 from extensions.keys import FrontierKeys, seed_taken
@@ -33,6 +32,7 @@ from extensions.meta import SEED_TAKEN
 from sandbox.process import SandboxProcess
 from sandbox.resolver import SANDBOX_RESOLVER
 from sandbox.site import SiteSpec
+from tests.support.fleet import push_seeds, stop_all, wait_all
 from tests.utils import get_crawler, run_redis
 
 if TYPE_CHECKING:

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
     from extensions.connection.embedded import RedisProcess
 
+# The module's crawl (a fixture) runs once: in one pytest-xdist process.
+pytestmark = pytest.mark.xdist_group("robots")
+
 
 def robots(body: bytes, status: int = 200) -> Route:
     return reply(body, status, Content_Type="text/plain")
@@ -42,6 +45,10 @@ def chain(n: int, final: bytes) -> dict[str, Route]:
     return routes
 
 
+# Seconds a robots.txt fetch may take here: the "timeout" case answers after
+# three times that. (At 0.5 s, the 600 KB and 4.9 MB files did not always
+# arrive in time on a loaded machine, and counted as unreachable.)
+FETCH_TIMEOUT = 2.0
 DISALLOW = b"User-agent: *\nDisallow: /private\n"
 PADDING = b"".join(b"# padding line %06d ..........\n" % i for i in range(20_000))
 rng = random.Random(9309)
@@ -70,7 +77,7 @@ def serve_all(stack: ExitStack) -> dict[str, LogServer]:
         "garbage": {"/robots.txt": robots(GARBAGE)},
         "timeout": {"/robots.txt": reply(b"User-agent: *\nDisallow:\n")},
     }
-    slow = {"timeout": {"/robots.txt": 2.0}}
+    slow = {"timeout": {"/robots.txt": FETCH_TIMEOUT * 3}}
     found = {}
     for name, routes in kinds.items():
         server = LogServer(routes, delays=slow.get(name))
@@ -125,7 +132,7 @@ def robots_crawl(
             tmp_path_factory.mktemp("robots"),
             redis_server.url,
             urls,
-            ROBOTS_FETCH_TIMEOUT=0.5,
+            ROBOTS_FETCH_TIMEOUT=FETCH_TIMEOUT,
             ROBOTS_CRAWL_DELAY_MAX=0.2,
             RETRY_ENABLED=False,
             TEST_ALLOWED_DOMAINS="127.0.0.1,s.test",

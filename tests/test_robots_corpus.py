@@ -19,6 +19,7 @@ package index can be reached.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import importlib.metadata
 import os
 import re
@@ -62,6 +63,17 @@ def protego_corpus() -> Path:
     if data.is_dir():
         return data
     CACHE.mkdir(parents=True, exist_ok=True)
+    # One download for all the pytest-xdist processes: the others wait on
+    # the lock, then find the corpus in place.
+    with (CACHE / "protego.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not data.is_dir():
+            download_corpus(version, root)
+    return data
+
+
+def download_corpus(version: str, root: Path) -> None:
+    """``pip download`` Protego's sdist and put its corpus at ``root``."""
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps",
@@ -81,7 +93,6 @@ def protego_corpus() -> Path:
             tar.extractall(tmp, members=members, filter="data")
         # Move into place whole: an interrupted fetch leaves no half corpus.
         os.replace(Path(tmp) / f"protego-{version}", root)
-    return data
 
 
 def sample_paths(body: bytes) -> list[str]:
@@ -101,12 +112,12 @@ def reference(body: bytes, max_size: int) -> Protego:
     return Protego.parse(body[:max_size].decode("utf-8-sig", errors="ignore"))
 
 
-async def allowed(reader: SharedRobotsTxtMiddleware, url: str) -> bool:
+async def allowed(reader: SharedRobotsTxtMiddleware, request: Request) -> bool:
     try:
-        result = await reader.process_request(Request(url))
+        result = await reader.process_request(request)
     except IgnoreRequest:
         return False
-    assert result is None, f"{url}: deferred, not decided ({result})"
+    assert result is None, f"{request.url}: deferred, not decided ({result})"
     return True
 
 
@@ -117,21 +128,36 @@ def middleware(redis_url: str, user_agent: str) -> SharedRobotsTxtMiddleware:
     return SharedRobotsTxtMiddleware.from_crawler(crawler)
 
 
-def test_decisions_match_protego_on_its_corpus(redis_url: str) -> None:
-    corpus = sorted(protego_corpus().iterdir())
-    assert len(corpus) >= 4000, f"only {len(corpus)} files in Protego's corpus"
+@pytest.fixture(scope="module")
+def corpus() -> list[Path]:
+    files = sorted(protego_corpus().iterdir())
+    assert len(files) >= 4000, f"only {len(files)} files in Protego's corpus"
+    return files
+
+
+# The corpus in SHARDS interleaved parts, so that pytest-xdist can spread
+# the CPU over its processes; every file is in exactly one part.
+SHARDS = 4
+
+
+@pytest.mark.slow  # 20 s of CPU: not for make test-fast
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_decisions_match_protego_on_its_corpus(
+    redis_url: str, corpus: list[Path], shard: int
+) -> None:
     max_size = defaults.ROBOTS_MAX_SIZE
     mismatches: list[str] = []
     decisions = 0
+    files = corpus[shard::SHARDS]
 
     async def main() -> None:
         nonlocal decisions
         writer = middleware(redis_url, USER_AGENTS[0])
         readers = [middleware(redis_url, ua) for ua in USER_AGENTS]
         try:
-            for i, path in enumerate(corpus):
+            for k, path in enumerate(files):
                 body = path.read_bytes()
-                base = f"http://site-{i}.corpus.test"
+                base = f"http://site-{shard + k * SHARDS}.corpus.test"
                 await writer.record(f"{base}:80", 200, body)
                 ref = reference(body, max_size)
                 for ua, reader in zip(USER_AGENTS, readers, strict=True):
@@ -140,17 +166,17 @@ def test_decisions_match_protego_on_its_corpus(redis_url: str) -> None:
                     for p in sample_paths(body):
                         # The URL as a Request holds it (Scrapy drops an
                         # empty query, quotes spaces): what both decide on.
-                        url = Request(base + p).url
-                        ours = await allowed(reader, url)
+                        request = Request(base + p)
+                        ours = await allowed(reader, request)
                         decisions += 1
-                        if ours != ref.can_fetch(url, ua):
+                        if ours != ref.can_fetch(request.url, ua):
                             mismatches.append(f"{path.name} {ua} {p}: ours {ours}")
         finally:
             for mw in (writer, *readers):
                 await async_client(mw.crawler).aclose()
 
     asyncio.run(main())
-    print(f"{len(corpus)} robots.txt files, {decisions} decisions")
+    print(f"{len(files)} of {len(corpus)} robots.txt files, {decisions} decisions")
     assert not mismatches, f"{len(mismatches)} differ, e.g. {mismatches[:10]}"
 
 
@@ -158,18 +184,18 @@ def test_decisions_match_protego_on_its_corpus(redis_url: str) -> None:
     ("status", "fetchable"), [(404, True), (301, True), (500, False), (429, False)]
 )
 def test_status_classes_on_corpus_files(
-    redis_url: str, status: int, fetchable: bool
+    redis_url: str, corpus: list[Path], status: int, fetchable: bool
 ) -> None:
     """Whatever the file says, RFC 9309's status class decides for a non-2xx
     answer: 4xx (and a redirect not followed) allows all; 5xx and 429 send
     every request back to the frontier (the host is parked)."""
-    corpus = sorted(protego_corpus().iterdir())[::200]
+    sample = corpus[::200]
 
     async def main() -> None:
         writer = middleware(redis_url, USER_AGENTS[0])
         reader = middleware(redis_url, USER_AGENTS[0])
         try:
-            for i, path in enumerate(corpus):
+            for i, path in enumerate(sample):
                 base = f"http://status-{i}.corpus.test"
                 await writer.record(f"{base}:80", status, path.read_bytes())
                 for p in sample_paths(path.read_bytes()):

@@ -29,14 +29,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
-from demo.fleet import push_seeds, start_worker, stop
-from demo.localcrawl import CrawlReport, crawl_sandbox, sandbox_settings
 from extensions import keys
 from extensions.keys import FrontierKeys
 from extensions.settings.defaults import ROBOTS_WAIT_MAX
 from sandbox.hostile import SLOW_ROBOTS_SECONDS
 from sandbox.site import SiteSpec
-from tests.test_crawl_e2e import assert_complete, redis_time_ms
+from tests.support.fleet import push_seeds, start_worker, stop
+from tests.support.localcrawl import CrawlReport, crawl_sandbox, sandbox_settings
+from tests.support.outcomes import assert_complete
+from tests.support.polling import redis_time_ms
 
 if TYPE_CHECKING:
     from pathlib import Path

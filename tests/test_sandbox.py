@@ -46,6 +46,7 @@ from sandbox.site import (
     SiteSpec,
     host_name,
 )
+from tests.support.polling import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -286,7 +287,8 @@ def test_record_file() -> None:
         fetch(web.port, f"{host_name(1)}:{web.port}", "/robots.txt")
         fetch(web.port, "nowhere.test", "/a")
         t1 = time.time() * 1000
-        time.sleep(0.35)  # flushed at least every 200 ms while running
+        # Flushed while running (at least every 200 ms), not only at stop.
+        assert wait_until(lambda: len(web.records()) >= 3, timeout=5)
         assert len(web.records()) == 3
     records = web.records()
     assert [(r["host"], r["path"], r["status"]) for r in records] == [
@@ -561,9 +563,12 @@ def test_resolver_in_a_real_scrapy_crawl(
     ]
     assert items == [{"url": url, "status": 200, "title": items[0]["title"]}]
     assert items[0]["title"].endswith("| site-000.sandbox.test")
-    time.sleep(0.3)
-    seen = [(r["path"], r["ua"]) for r in plain_web.records() if r["ua"] == "probe-bot"]
-    assert ("/robots.txt", "probe-bot") in seen and ("/", "probe-bot") in seen
+
+    def seen() -> set[tuple[str, str]]:
+        return {(r["path"], r["ua"]) for r in plain_web.records()}
+
+    wanted = {("/robots.txt", "probe-bot"), ("/", "probe-bot")}
+    assert wait_until(lambda: wanted <= seen(), timeout=5), seen()
 
 
 def test_resolver_answers_sandbox_names_without_dns() -> None:

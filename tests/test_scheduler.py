@@ -9,12 +9,11 @@ an asyncio loop and wait for that task to settle (no Twisted reactor needed).
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis.asyncio as aredis
-from scrapy import Request, Spider, signals
+from scrapy import Request, signals
 from scrapy.http import Response
 
 from extensions.connection.embedded import RedisProcess
@@ -25,20 +24,17 @@ from extensions.meta import FRONTIER_LEASE
 from extensions.signals import item_held, items_stored
 from extensions.utils.hosts import host_key
 from pipelines.items import PageItem
-from tests.utils import get_crawler
+from tests.support.scheduler import (
+    drain,
+    make_crawler,
+    opened,
+    pushed,
+    run,
+    wait_for,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
     from pathlib import Path
-
-    from scrapy.crawler import Crawler
-
-
-class ContractSpider(Spider):
-    name = "web"
-
-    def parse(self, response: Any, **kwargs: Any) -> None:  # pragma: no cover
-        pass
 
 
 CONFIGS = [
@@ -48,63 +44,6 @@ CONFIGS = [
         {"FRONTIER_BATCH_SIZE": 8, "FRONTIER_PRIORITY_FUNCTION": ""}, id="raw-priority"
     ),
 ]
-
-
-def make_crawler(redis_url: str, **settings: Any) -> Crawler:
-    crawler = get_crawler(
-        ContractSpider,
-        {
-            "REDIS_URL": redis_url,
-            "SCHEDULER": "extensions.core.scheduler.RedisScheduler",
-            "DUPEFILTER_CLASS": "extensions.dupefilters.BloomDupeFilter",
-            "BLOOM_CAPACITY": 100_000,
-            "FRONTIER_PRIORITY_FUNCTION": "",
-            "FRONTIER_HEARTBEAT_INTERVAL": 0.2,
-            **settings,
-        },
-    )
-    crawler.spider = ContractSpider.from_crawler(crawler)
-    return crawler
-
-
-async def opened(crawler: Crawler) -> RedisScheduler:
-    scheduler = RedisScheduler.from_crawler(crawler)
-    assert crawler.spider is not None
-    await scheduler.open_async(crawler.spider)
-    return scheduler
-
-
-async def pushed(scheduler: RedisScheduler, n: int = 1) -> None:
-    """Wait until ``n`` requests are queued in Redis (the scheduler's stats)."""
-    stats = scheduler.stats
-    await wait_for(lambda: (stats.get_value("scheduler/enqueued/redis") or 0) >= n)
-
-
-async def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
-
-
-async def drain(
-    scheduler: RedisScheduler, n: int, timeout: float = 10.0
-) -> list[Request]:
-    """Take ``n`` requests, waiting for the background task to lease them."""
-    out: list[Request] = []
-    deadline = time.monotonic() + timeout
-    while len(out) < n and time.monotonic() < deadline:
-        request = scheduler.next_request()
-        if request is None:
-            await asyncio.sleep(0.01)
-        else:
-            out.append(request)
-    return out
-
-
-def run(body: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(body())
 
 
 @pytest.mark.parametrize("config", CONFIGS)

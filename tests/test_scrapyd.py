@@ -33,21 +33,25 @@ import pytest
 import redis
 from scrapy.settings import Settings
 
-from demo.fleet import push_seeds
-from demo.localcrawl import sandbox_settings
 from extensions.connection.embedded import RedisProcess, free_port
 from pipelines.stores import store_from_settings
 from sandbox.process import SandboxProcess
 from sandbox.resolver import SANDBOX_RESOLVER
 from sandbox.site import SiteSpec
-from tests.test_packaging import SHIPPED, clean_copy, dev_tool
+from tests.support.fleet import push_seeds
+from tests.support.localcrawl import sandbox_settings
+from tests.support.packaging import SHIPPED, clean_copy, dev_tool
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-pytestmark = pytest.mark.slow
+# The module's scrapyd (a fixture) starts once: in one pytest-xdist process.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("scrapyd")]
 
 SECRET = "s3cret-in-a-file"
+# Seconds an HTTP call to scrapyd may take (it was 10: too few for
+# listspiders.json while the tests load both cores).
+HTTP_TIMEOUT = 60
 
 
 class Scrapyd:
@@ -114,7 +118,9 @@ class Scrapyd:
 
     def get(self, path: str, **params: str) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        with urllib.request.urlopen(self.url + path + query, timeout=10) as r:
+        # listspiders.json and schedule.json answer once a `scrapy list` or
+        # the job's process has started: seconds, on a loaded machine more.
+        with urllib.request.urlopen(self.url + path + query, timeout=HTTP_TIMEOUT) as r:
             return json.loads(r.read())
 
     def schedule(self, settings: dict[str, object]) -> str:
@@ -123,7 +129,9 @@ class Scrapyd:
         form = [("project", "webcrawl"), ("spider", "web")]
         form += [("setting", f"{name}={value}") for name, value in settings.items()]
         data = urllib.parse.urlencode(form).encode()
-        with urllib.request.urlopen(self.url + "schedule.json", data, timeout=10) as r:
+        with urllib.request.urlopen(
+            self.url + "schedule.json", data, timeout=HTTP_TIMEOUT
+        ) as r:
             answer = json.loads(r.read())
         assert answer["status"] == "ok", answer
         return str(answer["jobid"])
@@ -384,6 +392,7 @@ def test_the_readmes_scrapyd_steps_run_as_written(
         CRAWL_REDIS_URL=redis_url,
         JOB_SETTINGS=" ".join([
             f"WEBCRAWL_HOME={home}", "MAX_IDLE_TIME_BEFORE_CLOSE=2",
+            "PIPELINE_FLUSH_INTERVAL=0.5",
             "DOWNLOAD_DELAY=0.05", f"TWISTED_DNS_RESOLVER={SANDBOX_RESOLVER}",
             "ALLOW_PRIVATE_ADDRESSES=True", "WEB_ALLOWED_DOMAINS=sandbox.test",
         ]),

@@ -28,7 +28,7 @@ from extensions.core.seeds import (
 )
 from extensions.keys import invalid_seeds, seed_taken, seed_takers
 from extensions.meta import SEED_TAKEN
-from tests.test_scheduler import make_crawler, opened, wait_for
+from tests.support.scheduler import make_crawler, opened, wait_for
 from tests.utils import run_redis
 
 if TYPE_CHECKING:

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 import pytest
 import redis
 
-from demo.fleet import start_worker, stop, wait_all
-from demo.localcrawl import reset_crawl, sandbox_settings
 from extensions.connection.embedded import find_redis_binary
 from extensions.keys import FrontierKeys, seed_patterns, seed_takers, start_urls
 from sandbox.process import SandboxProcess
 from sandbox.site import SiteSpec
-from tests.test_crawl_e2e import stored_urls
+from tests.support.fleet import start_worker, stop, wait_all
+from tests.support.localcrawl import reset_crawl, sandbox_settings
+from tests.support.outcomes import stored_urls
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -14,7 +14,7 @@ from extensions.core.seeds import SeedList, Taken
 from extensions.keys import FrontierKeys, seed_taken, seed_takers, start_urls
 from extensions.meta import SEED_TAKEN
 from extensions.signals import seeds_settled
-from tests.test_scheduler import drain, make_crawler, opened, wait_for
+from tests.support.scheduler import drain, make_crawler, opened, wait_for
 from tests.utils import run_redis
 
 SEEDS, TAKERS = start_urls("web"), seed_takers("web")

@@ -354,8 +354,8 @@ def test_the_scheduler_spills_and_refills_in_order(
     """Through Scrapy's scheduler contract: 30 requests of one host with a
     cap of 4 come back each once, in priority then arrival order, and the
     crawl is pending while any wait in the store."""
-    from tests.test_scheduler import drain as take_requests
-    from tests.test_scheduler import make_crawler, opened
+    from tests.support.scheduler import drain as take_requests
+    from tests.support.scheduler import make_crawler, opened
 
     async def body() -> None:
         crawler = make_crawler(
@@ -388,7 +388,7 @@ def test_starting_afresh_empties_the_spill_store(
     """SCHEDULER_FLUSH_ON_START deletes the crawl's keys, the arrival counter
     among them: spilled requests left in the store would come back with
     stale scores (or collide with new ones), so they go too."""
-    from tests.test_scheduler import make_crawler, opened
+    from tests.support.scheduler import make_crawler, opened
 
     async def spill_some(f: Frontier, _ref: Frontier, spill: FrontierSpill) -> None:
         await commit(f, spill, requests(0, [0] * 10), "a")

@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
-from demo.localcrawl import crawl_sandbox
 from extensions.keys import FrontierKeys
 from sandbox.site import SiteSpec
+from tests.support import FLEET
+from tests.support.localcrawl import crawl_sandbox
+from tests.support.polling import wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -136,6 +138,7 @@ def test_queues_grow_ten_times_past_the_cap_while_redis_stays_flat(
     assert spilled_by_host(tmp_path) == {}
 
 
+@FLEET
 @pytest.mark.parametrize("partitions", [1, 3])
 def test_sigkilled_workers_lose_nothing_while_spilling(
     redis_url: str, tmp_path: Path, partitions: int
@@ -146,9 +149,9 @@ def test_sigkilled_workers_lose_nothing_while_spilling(
     still crawled; a page is fetched twice only for what a killed worker
     held. With partitions too: each host spills, is confirmed and refilled
     in its own partition, its write-ahead entries recovered there."""
-    from demo.fleet import start_worker, stop
-    from demo.localcrawl import sandbox_settings
-    from tests.test_crawl_e2e import in_flight
+    from tests.support.fleet import start_worker, stop
+    from tests.support.localcrawl import sandbox_settings
+    from tests.support.outcomes import in_flight
 
     spec = SiteSpec(seed=5, hosts=3, pages_per_host=120)
     settings = {
@@ -176,6 +179,9 @@ def test_sigkilled_workers_lose_nothing_while_spilling(
 
     def chaos(procs: list[Any], _web: SandboxProcess) -> None:
         rng = random.Random(3)
+        # The kills come while hosts spill, however slowly a loaded machine
+        # starts.
+        wait_until(lambda: sum(spilled_by_host(tmp_path).values()) > 0, timeout=60)
         for n in range(3):
             time.sleep(rng.uniform(2.0, 4.0))
             spilled = spilling(120 if n == 0 else 30)

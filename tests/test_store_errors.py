@@ -245,8 +245,8 @@ def test_worker_with_unstored_pages_exits_non_zero(
     it retried that batch until killed, and a worker ending with pages
     unstored exited 0). The pages' leases stay in the frontier, to be handed
     out again when they expire."""
-    from demo.localcrawl import crawl_sandbox
     from sandbox.site import SiteSpec
+    from tests.support.localcrawl import crawl_sandbox
     from webcrawl.commands.crawl import UNSTORED_EXIT_CODE
 
     db = tmp_path / "old.sqlite3"

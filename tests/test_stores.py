@@ -15,6 +15,7 @@ from pipelines.batching import prepare_page
 from pipelines.items import PageItem
 from pipelines.stores.mongo import MongoStore
 from pipelines.stores.sqlite import SQLiteStore
+from tests.support.mongo import patch_mongomock
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -23,31 +24,6 @@ if TYPE_CHECKING:
     from pipelines.stores.base import PageStore
 
 MONGO_URI = os.environ.get("WEBCRAWL_TEST_MONGO_URI", "")
-
-
-def patch_mongomock() -> None:
-    """mongomock 4.3 predates pymongo 4.9's ``sort`` argument of
-    ``ReplaceOne`` and ``UpdateOne``, which pymongo passes through (as None)
-    to the bulk builder: accept and ignore it, as the server does without a
-    sort."""
-    from mongomock.collection import BulkOperationBuilder
-
-    for name in ("add_replace", "add_update"):
-        original = getattr(BulkOperationBuilder, name)
-        if getattr(original, "_webcrawl_patched", False):
-            continue
-
-        def accept_sort(
-            self: Any,
-            *args: Any,
-            _original: Any = original,
-            sort: Any = None,
-            **kw: Any,
-        ) -> Any:
-            return _original(self, *args, **kw)
-
-        accept_sort._webcrawl_patched = True  # type: ignore[attr-defined]
-        setattr(BulkOperationBuilder, name, accept_sort)
 
 
 patch_mongomock()

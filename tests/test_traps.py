@@ -13,28 +13,21 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
-from scrapy import Request, Spider
+from scrapy import Request
 from scrapy.exceptions import NotConfigured
 from scrapy.http import HtmlResponse
 
-from demo.localcrawl import crawl_sandbox
 from extensions.connection.embedded import RedisProcess
 from extensions.settings import defaults
-from extensions.spidermiddlewares.traps import TrapFilter, path_template
+from extensions.spidermiddlewares.traps import path_template
 from sandbox.site import SiteSpec
-from tests.test_failures_e2e import _dead_letters
-from tests.utils import get_crawler
+from tests.support.localcrawl import crawl_sandbox
+from tests.support.outcomes import dead_letters
+from tests.support.traps import run_output, trap_filter
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
-
-
-def trap_filter(**settings: Any) -> TrapFilter:
-    crawler = get_crawler(Spider, settings_dict=settings)
-    assert crawler.stats is not None
-    crawler.stats.open_spider()
-    return TrapFilter(crawler)
 
 
 def refused(url: str, **settings: Any) -> str | None:
@@ -122,21 +115,6 @@ def test_limits_can_be_lifted() -> None:
     assert refused("http://a.test/" + "a/" * 2000, **off) is None
 
 
-def run_output(mw: TrapFilter, items: list[Any]) -> list[Any]:
-    response = HtmlResponse("http://a.test/", body=b"<html></html>")
-
-    async def result() -> AsyncIterator[Any]:
-        for item in items:
-            yield item
-
-    async def collect() -> list[Any]:
-        out = [x async for x in mw.process_spider_output(response, result())]
-        await mw.client.aclose()
-        return out
-
-    return asyncio.run(collect())
-
-
 def errback(failure: Any) -> list[dict[str, str]]:
     return [{"refused": failure.request.url, "reason": failure.value.reason}]
 
@@ -195,19 +173,46 @@ def test_budgets_are_fleet_wide(redis_url: str) -> None:
 
 def test_links_with_nothing_to_count_cost_no_redis_command(redis_url: str) -> None:
     # Default budgets: no host budget, a variant budget that only URLs with a
-    # query or a templated path count against. A page of plain links is
-    # admitted without a round trip; a facet link still goes to Redis.
+    # query or a templated path count against. Pages of plain links are
+    # admitted without a round trip of their own (the worker reads the hosts'
+    # own budgets, `scrapy hosts set --max-pages`, once a heartbeat); a facet
+    # link still goes to Redis.
     client = redis.Redis.from_url(redis_url)
 
-    def commands() -> int:
-        return int(client.info("stats")["total_commands_processed"])
+    def calls() -> dict[str, int]:
+        return {
+            name.removeprefix("cmdstat_"): int(v["calls"])
+            for name, v in client.info("commandstats").items()
+        }
 
     plain = [Request(f"http://a.test/p/{n}.html") for n in range(20)]
-    before = commands()
-    out = run_output(trap_filter(REDIS_URL=redis_url), plain)
-    assert [r.url for r in out] == [r.url for r in plain]
-    # run_output's client sends nothing else (it connects on first command).
-    assert commands() - before == 1  # this INFO
+    mw = trap_filter(REDIS_URL=redis_url)
+    response = HtmlResponse("http://a.test/", body=b"<html></html>")
+
+    async def pages(n: int) -> list[Any]:
+        out: list[Any] = []
+        for _ in range(n):
+
+            async def result() -> AsyncIterator[Any]:
+                for request in plain:
+                    yield request
+
+            out += [x async for x in mw.process_spider_output(response, result())]
+        await mw.client.aclose()
+        return out
+
+    before = calls()
+    out = asyncio.run(pages(5))
+    assert [r.url for r in out] == [r.url for r in plain] * 5
+    after = calls()
+    # One read of the overrides for five pages; no script, no other command
+    # but the client's handshake and health check, and this INFO.
+    sent = {
+        name: n - before.get(name, 0)
+        for name, n in after.items()
+        if n != before.get(name, 0) and name not in {"info", "client", "hello", "ping"}
+    }
+    assert sent == {"hgetall": 1}
     # A facet link goes to Redis: the budget script by SHA, in one round
     # trip (no SCRIPT EXISTS before it once the script is loaded).
     facets = [Request(f"http://a.test/s?q={n}") for n in range(3)]
@@ -294,7 +299,7 @@ def test_crawl_of_trap_corners_is_bounded(redis_url: str, tmp_path: Path) -> Non
     assert not set(filtered) & fetched_urls
     assert all(status == 0 for url, status, _ in rows if url in filtered)
     # Store-only: the dead-letter queue holds no budget refusal.
-    dead = _dead_letters(redis_url)
+    dead = dead_letters(redis_url)
     assert not [e for e in dead.values() if e["reason"] == "query_variants"]
 
 

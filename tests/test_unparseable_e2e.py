@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from demo.localcrawl import crawl_sandbox
 from sandbox.hostile import UNPARSEABLE_PATHS
 from sandbox.site import SiteSpec
-from tests.test_crawl_e2e import stored_urls
-from tests.test_failures_e2e import _dead_letters
+from tests.support.localcrawl import crawl_sandbox
+from tests.support.outcomes import dead_letters, stored_urls
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -38,14 +37,15 @@ def test_undecodable_responses_are_dead_lettered_unparseable(
         tmp_path,
         workers=1,
         timeout=90,
-        settings={"MAX_IDLE_TIME_BEFORE_CLOSE": 3},
+        # One host: 0.1 s apart, not the project's 1 s.
+        settings={"DOWNLOAD_DELAY": 0.1},
     )
     assert report.exit_codes == [0], report.log_dir
     host = f"site-{spec.trap_host:03d}.sandbox.test"
     urls = [f"http://{host}:{report.port}{path}" for path in UNPARSEABLE_PATHS]
     fetches = report.fetch_counts()
     assert {url: fetches[url] for url in urls} == dict.fromkeys(urls, 1)
-    dead = _dead_letters(redis_url)
+    dead = dead_letters(redis_url)
     for url in urls:
         letter = dead[url]
         assert letter["reason"] == "unparseable" and letter["attempts"] == 1, letter

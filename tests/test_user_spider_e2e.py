@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 import pytest
 import redis
 
-from demo.fleet import push_seeds, stop
-from demo.localcrawl import reset_crawl
 from extensions.keys import FrontierKeys
 from sandbox.process import SandboxProcess, min_gap_ms_by_host
 from sandbox.resolver import SANDBOX_RESOLVER
 from sandbox.site import SiteSpec
+from tests.support.fleet import push_seeds, stop
+from tests.support.localcrawl import reset_crawl
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -12,9 +12,11 @@ immediate ``RetryMiddleware`` and its ``UrlLengthMiddleware``). Values a user
 sets at a higher priority (``-s``, scrapyd ``setting=``, a spider's
 ``custom_settings``) still win, and are checked like the defaults.
 
-It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0, and
-the continuous-crawl extension (:mod:`extensions.extensions.recrawl`) when
-``RECRAWL_ENABLED``.
+It enables the Prometheus metrics extension when ``METRICS_PORT`` > 0, the
+continuous-crawl extension (:mod:`extensions.extensions.recrawl`) when
+``RECRAWL_ENABLED``, and the fleet-wide AutoThrottle
+(:mod:`extensions.extensions.throttle`) in place of Scrapy's per-process one
+when ``AUTOTHROTTLE_ENABLED``.
 
 scrapy-redis's settings (:mod:`webcrawl.scrapyredis`): a ``SCHEDULER`` or
 ``DUPEFILTER_CLASS`` of another package set above the add-on's priority, or
@@ -27,9 +29,9 @@ one knows and whose name is close to a known one is named in one warning
 (``did you mean DOWNLOAD_DELAY?``), or stops the worker under
 ``SETTINGS_STRICT`` (:func:`check_typos`).
 
-Settings read: ``METRICS_PORT``, ``RECRAWL_ENABLED``, ``SETTINGS_STRICT``,
-``FRONTIER_PARTITIONS``
-and ``POLITENESS_KEY`` (on a Redis Cluster, see :func:`cluster_partitions`);
+Settings read: ``METRICS_PORT``, ``RECRAWL_ENABLED``, ``AUTOTHROTTLE_ENABLED``,
+``SETTINGS_STRICT``, ``FRONTIER_PARTITIONS`` (on a Redis Cluster, see
+:func:`cluster_partitions`);
 ``REDIS_URL`` and
 ``WEBCRAWL_HOME`` (also from the environment, see
 :func:`extensions.settings.config.setting_or_env`): when no Redis is configured, the
@@ -92,6 +94,10 @@ EXTENSIONS = {
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 METRICS_EXTENSION = {"extensions.extensions.metrics.PrometheusMetrics": 500}
 RECRAWL_EXTENSION = {"extensions.extensions.recrawl.Recrawler": 500}
+# AutoThrottle fleet-wide, in Scrapy's own extension's place (which would
+# throttle each worker apart: N workers, N times the rate).
+SCRAPY_THROTTLE = "scrapy.extensions.throttle.AutoThrottle"
+THROTTLE_EXTENSION = {"extensions.extensions.throttle.FleetAutoThrottle": 0}
 # Requests past the frontier's cap wait in the page store (the frontier
 # spill, extensions.core.frontier.spill).
 SPILL_STORE = "pipelines.stores.spill.PageStoreSpill"
@@ -182,14 +188,11 @@ def cluster_partitions(settings: BaseSettings, crawl: str) -> None:
     becomes the crawl's recorded count, else one per master
     (:func:`extensions.core.frontier.frontier.first_partitions`), at ``addon`` priority:
     with one partition the frontier of a crawl sits on one master. Every
-    component reads the setting after this, so all agree. Not with a
-    ``POLITENESS_KEY`` other than ``host``, which needs one partition.
+    component reads the setting after this, so all agree.
     """
     priority = settings.getpriority("FRONTIER_PARTITIONS")
     if (priority or 0) > SETTINGS_PRIORITIES["default"]:
         return  # set by the user: it wins (and the frontier's pin checks it)
-    if settings.get("POLITENESS_KEY") != "host":
-        return
     client = sync_client(settings)
     try:
         partitions = first_partitions(client, crawl)
@@ -280,6 +283,9 @@ class Webcrawl:
             settings["EXTENSIONS"].update(METRICS_EXTENSION)
         if settings.getbool("RECRAWL_ENABLED"):
             settings["EXTENSIONS"].update(RECRAWL_EXTENSION)
+        settings["EXTENSIONS"][SCRAPY_THROTTLE] = None
+        if settings.getbool("AUTOTHROTTLE_ENABLED"):
+            settings["EXTENSIONS"].update(THROTTLE_EXTENSION)
         try:
             started = embedded_unless_configured(settings, "addon")
             if started and self.crawler is not None:

@@ -1,5 +1,5 @@
 """What the operator commands do (``scrapy status``, ``seed``, ``pause``,
-``resume``, ``reset``, ``redis_url``), and their base class.
+``resume``, ``reset``, ``redis_url``, ``hosts``), and their base class.
 
 Settings read: ``REDIS_URL``/``WEBCRAWL_HOME`` (the Redis of the crawl),
 ``FRONTIER_LEASE_TIMEOUT`` (a worker silent that long is dead),
@@ -40,10 +40,13 @@ from extensions.connection import (
     resolve_redis_url,
 )
 from extensions.connection.embedded import embedded_unless_configured
+from extensions.connection.scripts import server_now_ms
 from extensions.core import seeds
 from extensions.core.bloom import AsyncBloomFilter, BloomConfig
 from extensions.core.frontier.deadletters import DeadLetters
 from extensions.core.frontier.frontier import PartitionedFrontier, recorded_partitions
+from extensions.core.frontier.hostrecord import HostRecords
+from extensions.core.frontier.overrides import HostConf, HostOverrides
 from extensions.core.seeds import (
     URL_LENGTH_LIMIT,
     InvalidSeed,
@@ -209,6 +212,7 @@ async def gather_status(
         # which forget what a requeue or purge took out).
         dlq_by_reason = await DeadLetters(client, crawl, len(frontier.parts)).sizes()
         retries_pending = await frontier.retries()
+        overridden = await HostOverrides(client, crawl, len(frontier.parts)).all()
         recrawl = await fleet_figures(client, crawl)
     finally:
         await client.aclose()
@@ -241,6 +245,7 @@ async def gather_status(
         "rates": fleet.rates,
         "totals": fleet.totals,
         "top_hosts": [{"host": h, "queued": n} for h, n in fv.top_hosts],
+        "host_overrides": {h: c.as_dict() for h, c in overridden.items()},
         "bloom": bloom,
         # The continuous crawl's freshness figures (None: no revisit schedule).
         "recrawl": recrawl.as_dict() if recrawl.pages else None,
@@ -386,6 +391,11 @@ def render_status(s: dict[str, Any]) -> str:
     if s["top_hosts"]:
         lines.append("Top hosts by queue:")
         lines += [f"  {t['queued']:>8}  {t['host']}" for t in s["top_hosts"]]
+    if s["host_overrides"]:
+        lines.append("Host overrides (scrapy hosts):")
+        lines += [
+            "  " + render_override(h, f) for h, f in sorted(s["host_overrides"].items())
+        ]
     return "\n".join(lines)
 
 
@@ -418,6 +428,82 @@ def render_recrawl(r: dict[str, Any]) -> str:
             else ""
         )
     )
+
+
+# -- per-host settings -----------------------------------------------------------
+
+
+async def _overrides(
+    settings: BaseSettings, client: aredis.Redis, crawl: str
+) -> HostOverrides:
+    return HostOverrides(client, crawl, await partitions_of(settings, client, crawl))
+
+
+async def set_host(
+    settings: BaseSettings,
+    host: str,
+    values: dict[str, float | int | None],
+    crawl: str = DEFAULT_CRAWL,
+) -> HostConf:
+    """Set (or, None, remove) fields of a host's override in every partition:
+    the lease script and the download lock read it at once, the workers'
+    other uses within a heartbeat. Returns the override now."""
+    client = client_for(settings)
+    try:
+        overrides = await _overrides(settings, client, crawl)
+        return await overrides.set(host, **values)
+    finally:
+        await client.aclose()
+
+
+async def reset_host(
+    settings: BaseSettings, host: str, crawl: str = DEFAULT_CRAWL
+) -> bool:
+    """Remove a host's override; False when it had none."""
+    client = client_for(settings)
+    try:
+        return await (await _overrides(settings, client, crawl)).reset(host)
+    finally:
+        await client.aclose()
+
+
+async def show_hosts(
+    settings: BaseSettings, host: str | None = None, crawl: str = DEFAULT_CRAWL
+) -> dict[str, Any]:
+    """Every override (``overrides``: host name -> fields); with ``host``,
+    its override and the records of its host keys (``records``: host key ->
+    field -> value) with the Redis time they were read at (``time_ms``)."""
+    client = client_for(settings)
+    try:
+        overrides = await _overrides(settings, client, crawl)
+        if host is None:
+            table = await overrides.all()
+            return {"overrides": {h: c.as_dict() for h, c in table.items()}}
+        conf = await overrides.get(host)
+        records = HostRecords(client, crawl, overrides.partitions)
+        return {
+            "overrides": {host: conf.as_dict()} if conf else {},
+            "records": await records.of_name(host),
+            "time_ms": await server_now_ms(client),
+        }
+    finally:
+        await client.aclose()
+
+
+def render_override(host: str, fields: dict[str, Any]) -> str:
+    """One line of ``scrapy hosts show``.
+
+    >>> render_override("a.test", {"delay": 5.0, "concurrency": 2, "max_pages": 10})
+    'a.test  delay 5 s, concurrency 2, max pages 10'
+    """
+    parts = []
+    if "delay" in fields:
+        parts.append(f"delay {fields['delay']:g} s")
+    if "concurrency" in fields:
+        parts.append(f"concurrency {fields['concurrency']}")
+    if "max_pages" in fields:
+        parts.append(f"max pages {fields['max_pages']}")
+    return f"{host}  " + (", ".join(parts) or "(none)")
 
 
 # -- seeds ---------------------------------------------------------------------

@@ -75,6 +75,9 @@ every <span id="every">-</span> s</div>
 <th>pages/s</th><th>metrics port</th></tr></thead><tbody id="workers"></tbody></table>
 <h3>Top hosts by queue</h3>
 <table><tbody id="top"></tbody></table>
+<h3>Host overrides (scrapy hosts)</h3>
+<table><thead><tr><th>host</th><th>delay s</th><th>concurrency</th>
+<th>max pages</th></tr></thead><tbody id="overrides"></tbody></table>
 <script>
 const EVERY = __EVERY__;
 const points = [];  // [Redis time ms, pages/s]
@@ -132,6 +135,14 @@ function show(s) {
     cell(row, t.queued);
     cell(row, t.host);
     top.appendChild(row);
+  }
+  const ov = $("overrides"); ov.textContent = "";
+  for (const [host, o] of Object.entries(s.host_overrides || {})) {
+    const row = document.createElement("tr");
+    for (const v of [host, o.delay, o.concurrency, o.max_pages]) {
+      cell(row, v === undefined ? "-" : v);
+    }
+    ov.appendChild(row);
   }
   // the server samples the fleet's 1-minute rate (Redis clock) since it
   // started; this page adds its own polls in between

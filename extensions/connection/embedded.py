@@ -177,6 +177,18 @@ def ensure_embedded(home: str | os.PathLike[str] | None = None) -> str:
     return find_or_start(home)[0]
 
 
+def running_url(home: str | os.PathLike[str] | None = None) -> str | None:
+    """The URL of this machine's embedded Redis if it runs, else None (never
+    starts it: for a reader that can do without Redis)."""
+    url_file = (Path(home) if home else webcrawl_home()) / "redis" / "redis.url"
+    try:
+        url = url_file.read_text().strip()
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return url if _ping(port, timeout=1.0) else None
+
+
 def find_or_start(home: str | os.PathLike[str] | None = None) -> tuple[str, bool]:
     """:func:`ensure_embedded`, and whether this call started the server."""
     root = (Path(home) if home else webcrawl_home()) / "redis"

@@ -42,6 +42,15 @@ local function take(key, token, ttl_ms)
 end
 """
 
+# Whether `token` holds the lock at `key`, in Lua, for a script that acts on
+# a lock only while its token holds it (the download lock's cut to the
+# host's spacing, extensions.downloadermiddlewares.politeness).
+LUA_OWNS = """
+local function owns(key, token)
+  return redis.call('GET', key) == token
+end
+"""
+
 # KEYS[1] the lock key. ARGV[1] token, ARGV[2] TTL ms.
 # take() above. Returns 1 if ARGV[1] holds the lock, else 0.
 ACQUIRE_SCRIPT = (

@@ -206,9 +206,10 @@ class SharedRobotsTxtMiddleware:
     ``ROBOTS_RETRY_MAX``) and its requests go back to the frontier, not away.
     A disallowed URL is dropped (``robotstxt/forbidden``), never fetched.
 
-    The fetching worker writes the host's ``delay`` (max of
-    ``DOWNLOAD_DELAY`` and the ``Crawl-delay``/``Request-rate``, capped by
-    ``ROBOTS_CRAWL_DELAY_MAX``) to the host record and pushes the
+    The fetching worker writes the host's ``delay`` (the
+    ``Crawl-delay``/``Request-rate``, capped by ``ROBOTS_CRAWL_DELAY_MAX``;
+    the spacing rule takes the larger of it and ``DOWNLOAD_DELAY``) to the
+    host record and pushes the
     ``Sitemap:`` URLs within the spider's ``allowed_domains`` (all when it has
     none) onto the seed list; a robots.txt redirect out of that scope is not
     followed (the file is then unavailable).
@@ -635,8 +636,11 @@ class SharedRobotsTxtMiddleware:
             stats.inc_value("robotstxt/crawl_delay_capped")
             delay = self.delay_max
         if delay > 0:
+            # The record keeps the robots.txt delay alone: the spacing rule
+            # takes the larger of it and the host's own delay (DOWNLOAD_DELAY,
+            # or an override, which may be lower).
+            await self.records.set_delay(hostkey, round(delay * 1000))
             spacing = round(max(delay, self.download_delay) * 1000)
-            await self.records.set_delay(hostkey, spacing)
             # The robots.txt fetch itself was a request to the host, spaced by
             # the delay known before it: the next one must wait the new delay.
             await self.records.park(hostkey, spacing)

@@ -103,6 +103,36 @@ class OneOf:
 
 
 @dataclass(frozen=True)
+class AnyOf:
+    """Allowed values: one or more of ``choices``, comma-separated, each once.
+
+    >>> rule = AnyOf("host", "ip")
+    >>> rule.allows("host"), rule.allows("ip, host"), rule.allows("host,host")
+    (True, True, False)
+    >>> rule.allows(""), rule.allows("port")
+    (False, False)
+    >>> rule.describe()
+    "one or more of 'host', 'ip', comma-separated"
+    """
+
+    choices: tuple[str, ...]
+
+    def __init__(self, *choices: str) -> None:
+        object.__setattr__(self, "choices", choices)
+
+    def allows(self, value: Any) -> bool:
+        parts = [p.strip() for p in str(value).split(",")]
+        return all(p in self.choices for p in parts) and len(set(parts)) == len(parts)
+
+    def describe(self) -> str:
+        return (
+            "one or more of "
+            + ", ".join(repr(c) for c in self.choices)
+            + ", comma-separated"
+        )
+
+
+@dataclass(frozen=True)
 class Each:
     """Every member of a list passes ``rule``.
 
@@ -119,7 +149,7 @@ class Each:
         return f"a list of: {self.rule.describe()}"
 
 
-Rule = Range | OneOf | Each
+Rule = Range | OneOf | AnyOf | Each
 
 
 @dataclass(frozen=True)
@@ -177,7 +207,12 @@ def specs(module: ModuleType) -> list[Spec]:
             if typing.get_origin(hint) is typing.Annotated:
                 base = args[0]
                 rule = next(
-                    (a for a in args[1:] if isinstance(a, Range | OneOf | Each)), None
+                    (
+                        a
+                        for a in args[1:]
+                        if isinstance(a, Range | OneOf | AnyOf | Each)
+                    ),
+                    None,
                 )
             else:
                 base = hint
@@ -207,8 +242,8 @@ def problems(settings: BaseSettings, module: ModuleType) -> list[str]:
     >>> import extensions.settings.defaults as d
     >>> problems(Settings({"FRONTIER_BATCH_SIZE": "0"}), d)
     ['FRONTIER_BATCH_SIZE=0 is not allowed: use a number >= 1 and <= 100000']
-    >>> problems(Settings({"POLITENESS_KEY": "bogus"}), d)
-    ["POLITENESS_KEY='bogus' is not allowed: use one of 'host', 'domain', 'ip'"]
+    >>> problems(Settings({"POLITENESS_KEY": "bogus"}), d)  # doctest: +ELLIPSIS
+    ["POLITENESS_KEY='bogus' is not allowed: use one or more of 'host', 'domain', ..."]
     """
     found = []
     for spec in [*specs(module), *getattr(module, "scrapy_rules", [])]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from extensions.settings.config import Each, OneOf, Range, Spec
+from extensions.settings.config import AnyOf, Each, Range, Spec
 
 # --- Connections --------------------------------------------------------------
 # Redis shared by the fleet; empty: REDIS_HOST/PORT/DB/PARAMS if any is set, else the embedded redis-server under WEBCRAWL_HOME.
@@ -107,8 +107,12 @@ RECRAWL_POLL_INTERVAL: Annotated[float, Range(above=0)] = 1.0
 # --- Politeness (extensions.downloadermiddlewares.politeness, extensions.downloadermiddlewares.robotstxt, extensions.downloadermiddlewares.backoff) --
 # Take the fleet-wide per-host download lock before each download.
 POLITENESS_ENABLED = True
-# Lock key: "host" (scheme://host:port), "domain" (registered domain) or "ip".
-POLITENESS_KEY: Annotated[str, OneOf("host", "domain", "ip")] = "host"
+# Lock keys, each a fleet-wide lock: "host" (scheme://host:port), "domain" (registered domain), "ip" (resolved address), or several ("host,ip").
+POLITENESS_KEY: Annotated[str, AnyOf("host", "domain", "ip")] = "host"
+# Seconds between two downloads from one IP address when POLITENESS_KEY names ip (0: DOWNLOAD_DELAY).
+IP_DOWNLOAD_DELAY: Annotated[float, Range(0)] = 0.0
+# Seconds between two downloads from one registered domain when POLITENESS_KEY names domain (0: DOWNLOAD_DELAY).
+DOMAIN_DOWNLOAD_DELAY: Annotated[float, Range(0)] = 0.0
 # Seconds a request may wait for its host here; longer: back to the frontier.
 POLITENESS_MAX_WAIT: Annotated[float, Range(0)] = 30.0
 # Times a request may go back to the frontier before it waits in place.
@@ -239,4 +243,8 @@ scrapy_rules = [
     Spec("DOWNLOAD_TIMEOUT", 180.0, float, Range(above=0)),
     Spec("CONCURRENT_REQUESTS", 16, int, Range(1)),
     Spec("URLLENGTH_LIMIT", 2083, int, Range(0)),
+    # AutoThrottle, fleet-wide (extensions.extensions.throttle).
+    Spec("AUTOTHROTTLE_TARGET_CONCURRENCY", 1.0, float, Range(above=0)),
+    Spec("AUTOTHROTTLE_START_DELAY", 5.0, float, Range(0)),
+    Spec("AUTOTHROTTLE_MAX_DELAY", 60.0, float, Range(0)),
 ]

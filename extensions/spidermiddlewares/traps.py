@@ -3,7 +3,10 @@
 Settings read: ``TRAPS_ENABLED``, ``URLLENGTH_LIMIT`` (Scrapy's name and
 default, 2083; this filter replaces Scrapy's ``UrlLengthMiddleware``),
 ``TRAP_MAX_PATH_DEPTH``, ``TRAP_MAX_SEGMENT_REPEATS``, ``HOST_MAX_PAGES``,
-``TRAP_MAX_QUERY_VARIANTS``, ``MAX_OUTLINKS_PER_PAGE``, and through
+``TRAP_MAX_QUERY_VARIANTS``, ``MAX_OUTLINKS_PER_PAGE``,
+``FRONTIER_PARTITIONS`` and ``FRONTIER_HEARTBEAT_INTERVAL`` (a host's own
+``max_pages``, ``scrapy hosts set --max-pages``, read again once a heartbeat
+old: :class:`~extensions.core.frontier.overrides.OverridesCache`), and through
 :mod:`extensions.connection` ``REDIS_URL`` / ``WEBCRAWL_HOME``.
 
 Why a spider middleware: the spider's output is where a URL first enters the
@@ -30,11 +33,12 @@ from extensions import keys
 from extensions.connection import async_client, retry_redis
 from extensions.connection.scripts import run_pipelined, script
 from extensions.core.frontier.deadletters import dead_letter
+from extensions.core.frontier.overrides import HostOverrides, OverridesCache
 from extensions.core.frontier.serialization import UnserializableRequest
 from extensions.settings import config, defaults
 from extensions.signals import request_dead
 from extensions.utils.failures import TrapFiltered
-from extensions.utils.hosts import host_key
+from extensions.utils.hosts import host_key, hostname_of
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -233,7 +237,10 @@ class TrapFilter:
         self.host_max_pages = s.getint("HOST_MAX_PAGES")
         self.max_variants = s.getint("TRAP_MAX_QUERY_VARIANTS")
         self.max_outlinks = s.getint("MAX_OUTLINKS_PER_PAGE")
+        self.partitions = s.getint("FRONTIER_PARTITIONS")
+        self.heartbeat = s.getfloat("FRONTIER_HEARTBEAT_INTERVAL")
         self._client: aredis.Redis | None = None
+        self._overrides: OverridesCache | None = None
         self._full_logged: set[str] = set()
 
     @classmethod
@@ -249,6 +256,17 @@ class TrapFilter:
     @property
     def prefix(self) -> str:
         return keys.crawl_prefix(self.crawler)
+
+    async def host_caps(self) -> dict[str, int]:
+        """Host name -> its own page budget (``scrapy hosts set --max-pages``),
+        in ``HOST_MAX_PAGES``' place."""
+        if self._overrides is None:
+            self._overrides = OverridesCache(
+                HostOverrides(self.client, self.prefix, self.partitions),
+                self.heartbeat,
+            )
+        table = await self._overrides.table()
+        return {h: c.max_pages for h, c in table.items() if c.max_pages is not None}
 
     def _count(self, reason: str) -> None:
         stats = self.crawler.stats
@@ -343,14 +361,15 @@ class TrapFilter:
             return
         batch = pending[:]
         pending.clear()
-        if not (self.host_max_pages or self.max_variants):
+        caps = await self.host_caps()
+        if not (self.host_max_pages or self.max_variants or caps):
             for request in batch:
                 yield request
             return
         # A Redis outage holds the page's output back until Redis answers (as
         # the robots and lock middlewares wait): failing here would lose the
         # page item and its lease. Retrying is safe: PFADD is idempotent.
-        verdicts = await retry_redis(lambda: self._admit(batch), "trap budgets")
+        verdicts = await retry_redis(lambda: self._admit(batch, caps), "trap budgets")
         for request, verdict in zip(batch, verdicts, strict=True):
             if not verdict:
                 yield request
@@ -369,7 +388,9 @@ class TrapFilter:
                     reason,
                 )
 
-    async def _admit(self, batch: list[Request]) -> list[Any]:
+    async def _admit(
+        self, batch: list[Request], caps: dict[str, int] | None = None
+    ) -> list[Any]:
         """One pipelined round trip: the budget script's verdict per request.
 
         A request with nothing to count (no host budget, and no query or
@@ -387,9 +408,10 @@ class TrapFilter:
                 if template
                 else parts.query
             )
-            if not self.host_max_pages and not (variant and self.max_variants):
-                continue
             host = host_key(request.url)
+            host_cap = (caps or {}).get(hostname_of(host), self.host_max_pages)
+            if not host_cap and not (variant and self.max_variants):
+                continue
             calls.append(
                 (
                     i,
@@ -397,7 +419,7 @@ class TrapFilter:
                         keys.trap_pages(self.prefix, host),
                         keys.trap_variants(self.prefix, host, template or parts.path),
                     ],
-                    [request.url, self.host_max_pages, variant, self.max_variants],
+                    [request.url, host_cap, variant, self.max_variants],
                 )
             )
         if not calls:

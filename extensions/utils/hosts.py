@@ -16,6 +16,19 @@ import mmh3
 from scrapy.http import Request
 
 DEFAULT_PORTS = {"http": 80, "https": 443, "ftp": 21, "ws": 80, "wss": 443}
+# What POLITENESS_KEY may name, in the order a request takes its locks (a
+# fixed order: two requests never each hold the lock the other waits for).
+KEY_KINDS = ("host", "domain", "ip")
+
+
+def politeness_keys(value: str) -> tuple[str, ...]:
+    """The lock kinds a ``POLITENESS_KEY`` names, in :data:`KEY_KINDS` order.
+
+    >>> politeness_keys("ip, host"), politeness_keys("domain")
+    (('host', 'ip'), ('domain',))
+    """
+    named = {part.strip() for part in str(value).split(",")}
+    return tuple(kind for kind in KEY_KINDS if kind in named)
 
 
 def host_key(url_or_request: str | Request) -> str:

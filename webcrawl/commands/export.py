@@ -6,15 +6,26 @@ WARC 1.1 (``.warc.gz``: gzip per record; ``.warc``: plain). ``-o -`` writes
 to standard output. ``--since`` takes Unix seconds, an ISO 8601 date or time
 (UTC unless it says otherwise) or an age such as ``90m``, ``6h``, ``2d``.
 
+A WARC file's ``warcinfo`` record names the crawl's politeness settings:
+``robots``, ``http-header-user-agent``, and webcrawl's own fields
+``webcrawl-download-delay``, ``webcrawl-politeness-key`` and
+``webcrawl-host-overrides`` (the operators' per-host settings, ``scrapy
+hosts``, as JSON, read from the crawl's Redis when it answers; left out,
+with a note on stderr, when it does not).
+
 Settings read: those of :mod:`pipelines.stores` (``PAGE_STORE``,
 ``MONGO_URI``, ``MONGO_DATABASE``, ``SQLITE_PATH``, ``WEBCRAWL_HOME``), from
-``-s``, the project settings and the environment. A store that does not exist
-is an error (exit status 2), never created empty.
+``-s``, the project settings and the environment; for the ``warcinfo``
+record ``USER_AGENT``, ``ROBOTS_ENABLED``, ``DOWNLOAD_DELAY``,
+``POLITENESS_KEY`` and ``REDIS_URL`` (else the embedded Redis, if it runs).
+A store that does not exist is an error (exit status 2), never created empty.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import re
 import sys
 import time
@@ -22,10 +33,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
+import redis.asyncio as aredis
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from extensions.settings.config import SettingsError
+from extensions.connection import TRANSIENT_REDIS_ERRORS
+from extensions.connection.embedded import running_url, webcrawl_home
+from extensions.core.frontier.overrides import HostOverrides
+from extensions.keys import DEFAULT_CRAWL
+from extensions.settings.config import SettingsError, setting_or_env
 from pipelines.export import write_jsonl, write_warc
 from pipelines.stores import store_from_settings
 from pipelines.stores.base import PermanentStoreError
@@ -62,6 +78,41 @@ def parse_since(value: str, now: float | None = None) -> float:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return when.timestamp()
+
+
+def crawl_info(settings: Any) -> dict[str, str]:
+    """The ``warcinfo`` fields of the crawl's politeness settings and its
+    host overrides (see the module docstring)."""
+    info = {
+        "robots": "obey" if settings.getbool("ROBOTS_ENABLED", True) else "ignore",
+        "http-header-user-agent": str(settings.get("USER_AGENT") or ""),
+        "webcrawl-download-delay": f"{settings.getfloat('DOWNLOAD_DELAY'):g}",
+        "webcrawl-politeness-key": str(settings.get("POLITENESS_KEY") or "host"),
+    }
+    url = setting_or_env(settings, "REDIS_URL") or running_url(webcrawl_home(settings))
+    if not url:
+        print("scrapy export: no Redis: host overrides not exported", file=sys.stderr)
+        return info
+
+    async def read() -> dict[str, Any]:
+        client = aredis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+        try:
+            table = await HostOverrides(client, DEFAULT_CRAWL).all()
+        finally:
+            await client.aclose()
+        return {host: conf.as_dict() for host, conf in table.items()}
+
+    try:
+        overrides = asyncio.run(read())
+    except TRANSIENT_REDIS_ERRORS as exc:
+        print(
+            f"scrapy export: Redis unreachable ({type(exc).__name__}): host "
+            "overrides not exported",
+            file=sys.stderr,
+        )
+        return info
+    info["webcrawl-host-overrides"] = json.dumps(overrides, sort_keys=True)
+    return info
 
 
 @contextlib.contextmanager
@@ -136,5 +187,11 @@ class Command(ScrapyCommand):
                 n = write_jsonl(pages, out, with_body=opts.body)
                 return f"{n} pages"
             gzip = opts.output.endswith(".gz")
-            counts = write_warc(pages, out, gzip=gzip, filename=Path(opts.output).name)
+            counts = write_warc(
+                pages,
+                out,
+                gzip=gzip,
+                filename=Path(opts.output).name,
+                info=crawl_info(self.settings),
+            )
             return ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))

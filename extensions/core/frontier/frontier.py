@@ -67,6 +67,15 @@ class Worker:
     # A host with spilled requests is refilled once its queue is shorter
     # (FRONTIER_SPILL_BATCH; 0: no spill store).
     refill_below: int = 0
+    # The AutoThrottle delay of a host with no response yet
+    # (AUTOTHROTTLE_START_DELAY; -1: AutoThrottle off).
+    throttle_start_ms: int = -1
+    # A lease marks its host's address busy this long (the IP delay, when
+    # POLITENESS_KEY names ip; 0: no IP schedule).
+    ip_delay_ms: int = 0
+    # DOWNLOAD_SLOTS as the lease script reads it: JSON {host name: [delay
+    # ms, concurrency]}, -1 where not set ('': none).
+    slots: str = ""
 
 
 @dataclass
@@ -293,6 +302,8 @@ class Frontier:
                 k.paused,
                 k.delayed,
                 k.refill,
+                k.overrides,
+                k.ip_schedule,
             ],
             args=[
                 k.queue_prefix,
@@ -304,6 +315,9 @@ class Frontier:
                 reclaim,
                 w.backoff_quiet_ms,
                 w.refill_below,
+                w.throttle_start_ms,
+                w.ip_delay_ms,
+                w.slots,
             ],
         )
         items: list[bytes] = list(res[7:])

@@ -16,16 +16,19 @@ import logging
 import random
 from typing import TYPE_CHECKING
 
-from extensions.connection.scripts import script
+from extensions.connection.scripts import run_pipelined, script
 from extensions.core.frontier.lua import (
     FAIL_LUA,
+    IP_BUSY_LUA,
     PARK_LUA,
     RAISE_BACKOFF_LUA,
     SET_DELAY_LUA,
+    SET_IP_LUA,
     SUCCESS_LUA,
+    THROTTLE_LUA,
 )
 from extensions.keys import FrontierKeys
-from extensions.utils.hosts import host_partition
+from extensions.utils.hosts import host_partition, hostname_of
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -50,7 +53,7 @@ class HostRecords:
         return FrontierKeys(self.prefix, partition, self.partitions).host(hostkey)
 
     async def set_delay(self, hostkey: str, delay_ms: int | None) -> None:
-        """Set the host's minimum delay (None: remove it, the default applies)."""
+        """Set the host's robots.txt delay (None: remove it)."""
         await script(self.client, SET_DELAY_LUA)(
             keys=[self.record(hostkey)],
             args=["" if delay_ms is None else int(delay_ms)],
@@ -105,3 +108,73 @@ class HostRecords:
             keys=[self.record(hostkey)], args=[]
         )
         return int(res)
+
+    async def throttle(
+        self,
+        hostkey: str,
+        *,
+        latency_ms: int,
+        target_concurrency: float,
+        min_ms: int,
+        max_ms: int,
+        start_ms: int,
+        ok: bool,
+    ) -> tuple[int, int]:
+        """Fold one response's latency into the host's AutoThrottle delay:
+        ``(throttle ms before, after)``."""
+        res = await script(self.client, THROTTLE_LUA)(
+            keys=[self.record(hostkey)],
+            args=[
+                int(latency_ms),
+                repr(float(target_concurrency)),
+                int(min_ms),
+                int(max_ms),
+                int(start_ms),
+                int(ok),
+            ],
+        )
+        return int(res[0]), int(res[1])
+
+    async def set_ip(self, hostkey: str, ip: str) -> bool:
+        """Record the address the host's name resolves to (the lease
+        script's IP schedule reads it); True if it changed."""
+        res = await script(self.client, SET_IP_LUA)(
+            keys=[self.record(hostkey)], args=[ip]
+        )
+        return bool(res)
+
+    async def ip_busy(self, ip: str, for_ms: int) -> None:
+        """Mark an address busy for ``for_ms`` from now in every partition's
+        IP schedule (one pipelined round trip), so no partition's lease
+        script hands out a host of it before then."""
+        run = script(self.client, IP_BUSY_LUA)
+        await run_pipelined(
+            self.client,
+            [
+                (run, [FrontierKeys(self.prefix, i, self.partitions).ip_schedule],
+                 [ip, int(for_ms)])
+                for i in range(self.partitions)
+            ],
+        )  # fmt: skip
+
+    async def of_name(self, name: str) -> dict[str, dict[str, str]]:
+        """The records of every host key of host name ``name`` (any scheme or
+        port; a SCAN of each partition), field -> value, by host key."""
+        pattern = "*://" + ("[" + name + "]" if ":" in name else name) + ":*"
+        pattern = pattern.replace("[", "\\[").replace("]", "\\]")
+        found: dict[str, dict[str, str]] = {}
+        for i in range(self.partitions):
+            prefix = FrontierKeys(self.prefix, i, self.partitions).host_prefix
+            async for key in self.client.scan_iter(match=prefix + pattern, count=1000):
+                text = key.decode() if isinstance(key, bytes) else key
+                hostkey = text[len(prefix) :]
+                if hostname_of(hostkey) != name:
+                    continue
+                raw = await self.client.hgetall(text)
+                found[hostkey] = {
+                    (k.decode() if isinstance(k, bytes) else k): (
+                        v.decode() if isinstance(v, bytes) else v
+                    )
+                    for k, v in raw.items()
+                }
+        return dict(sorted(found.items()))

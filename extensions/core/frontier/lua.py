@@ -78,11 +78,15 @@ DOWN_REASON = "down_reason"
 SPILLED = "spilled"
 SPILLING = "spilling"
 SPILL_LOW = "spill_low"
+THROTTLE = "throttle"
+IP = "ip"
 
 # The fields the scripts read as numbers (host_record below): the spill's
-# counters and ``down_reason`` are read by the scripts that need them.
+# counters, ``down_reason`` and ``ip`` are read by the scripts that need them.
 RECORD_FIELDS = (NEXT, DELAY, BACKOFF, BACKOFF_AT, PARK, FAILS, BREAKER,
-                 FAILING_SINCE, DOWN)  # fmt: skip
+                 FAILING_SINCE, DOWN, THROTTLE)  # fmt: skip
+# Every field of the record.
+FIELDS = (*RECORD_FIELDS, DOWN_REASON, SPILLED, SPILLING, SPILL_LOW, IP)
 
 # The Lua helpers of every script that reads or writes the host record: the
 # Redis clock, the record as numbers, the spacing rule and the park rule.
@@ -92,15 +96,16 @@ LUA_RECORD = (
 local RECORD_FIELDS = {{{", ".join(repr(f) for f in RECORD_FIELDS)}}}
 """
     + """
--- The host record at `hkey` as numbers: absent fields are 0, but `delay` is
--- nil when absent (the default delay applies). `call` (default redis.call)
--- runs the read: the frontier passes its `on_key`, which sets a key of the
--- wrong type aside rather than fail.
+-- The host record at `hkey` as numbers: absent fields are 0, but `delay` and
+-- `throttle` are nil when absent. `call` (default redis.call) runs the read:
+-- the frontier passes its `on_key`, which sets a key of the wrong type aside
+-- rather than fail.
 local function host_record(hkey, call)
   local r = (call or redis.call)('HMGET', hkey, unpack(RECORD_FIELDS))
   local rec = {}
   for i, f in ipairs(RECORD_FIELDS) do rec[f] = tonumber(r[i]) or 0 end
   rec.delay = tonumber(r[2])
+  rec.throttle = tonumber(r[10])
   return rec
 end
 -- The back-off still in force at `now`: one raised longer than `quiet` ms
@@ -109,9 +114,23 @@ local function effective_backoff(rec, now, quiet)
   if rec.backoff > 0 and now - rec.backoff_at < quiet then return rec.backoff end
   return 0
 end
--- The host's spacing: max(delay or the default, the back-off in force).
-local function spacing(rec, default_ms, now, quiet)
-  return math.max(rec.delay or default_ms, effective_backoff(rec, now, quiet))
+-- The host's AutoThrottle delay: its record's, else `start` (no response
+-- seen yet); 0 when AutoThrottle is off (`start` < 0).
+local function throttle_of(rec, start)
+  if start < 0 then return 0 end
+  return rec.throttle or start
+end
+-- The spacing rule. `default_ms` is the host's own delay (an operator's
+-- override, else DOWNLOAD_SLOTS, else DOWNLOAD_DELAY: host_conf below);
+-- `start` the AutoThrottle start delay (-1: AutoThrottle off). The static
+-- part, counted from a response: max(the robots.txt delay, the host's own
+-- delay, the back-off in force). The spacing: max(static, the throttle).
+local function static_spacing(rec, default_ms, now, quiet)
+  return math.max(rec.delay or 0, default_ms, effective_backoff(rec, now, quiet))
+end
+local function spacing(rec, default_ms, now, quiet, start)
+  return math.max(static_spacing(rec, default_ms, now, quiet),
+                  throttle_of(rec, start or -1))
 end
 -- Move the park deadline to `deadline` if that is later (never earlier);
 -- returns the deadline in force.
@@ -124,6 +143,70 @@ local function park_until(hkey, rec, deadline)
 end
 """
 )
+
+
+# --- Per-host settings ----------------------------------------------------------
+# An operator's override of a host (``scrapy hosts set``), one JSON object per
+# host name in each partition's overrides HASH: ``delay`` (seconds: the host's
+# own delay, in DOWNLOAD_DELAY's place), ``concurrency`` (requests of the host
+# in flight at once, fleet-wide), ``max_pages`` (HOST_MAX_PAGES of the host).
+# docs/host-record.md, "Per-host settings".
+OVERRIDE_DELAY = "delay"
+OVERRIDE_CONCURRENCY = "concurrency"
+OVERRIDE_MAX_PAGES = "max_pages"
+OVERRIDE_FIELDS = (OVERRIDE_DELAY, OVERRIDE_CONCURRENCY, OVERRIDE_MAX_PAGES)
+
+# The Lua helpers of the scripts that read a host's own settings (the lease
+# script, the download lock): ``host_name`` of a host key, and ``host_conf``:
+# the host's own delay (ms) and concurrency from the override in ``conf``
+# (the overrides HASH of the host's partition), else from the worker's
+# DOWNLOAD_SLOTS entry (``slot_delay``, ``slot_conc``: nil when none), else
+# ``default_ms`` and 1. A malformed override counts as none.
+LUA_HOST_CONF = f"""
+local OVERRIDE_DELAY = '{OVERRIDE_DELAY}'
+local OVERRIDE_CONCURRENCY = '{OVERRIDE_CONCURRENCY}'
+"""
+LUA_HOST_CONF += """
+local function host_name(host)
+  return string.match(host, '^[^:]+://%[?(.-)%]?:%d+$') or host
+end
+local function host_conf(conf, name, slot_delay, slot_conc, default_ms)
+  local delay, conc
+  local raw = redis.call('HGET', conf, name)
+  if raw then
+    local ok, o = pcall(cjson.decode, raw)
+    if ok and type(o) == 'table' then
+      local d, c = o[OVERRIDE_DELAY], o[OVERRIDE_CONCURRENCY]
+      if type(d) == 'number' and d >= 0 then delay = math.floor(d * 1000) end
+      if type(c) == 'number' and c >= 1 then conc = math.floor(c) end
+    end
+  end
+  return delay or slot_delay or default_ms, conc or slot_conc or 1
+end
+"""
+
+
+# --- The IP schedule ------------------------------------------------------------
+# With POLITENESS_KEY naming ``ip``, each partition keeps a ZSET of addresses
+# -> until when (ms) each is busy, so that its lease script can pass over a
+# host whose address another host is using (the record's ``ip`` field says a
+# host's address). Written by the lease script (a lease marks its host's
+# address busy for the IP delay) and by the download lock (``IP_BUSY_LUA``:
+# when it cuts an address's lock, and when a request waits for one, in every
+# partition). A hint for
+# the schedule only: the IP's download lock is the guarantee. Entries in the
+# past are dropped at each write, so the ZSET holds the addresses busy now.
+LUA_IP_SCHEDULE = """
+local function ip_free_at(sched, ip)
+  return tonumber(redis.call('ZSCORE', sched, ip)) or 0
+end
+local function ip_busy(sched, ip, until_ms, now)
+  redis.call('ZREMRANGEBYSCORE', sched, '-inf', now)
+  if until_ms > ip_free_at(sched, ip) then
+    redis.call('ZADD', sched, until_ms, ip)
+  end
+end
+"""
 
 
 # --- Queues, leases, poison ---------------------------------------------------
@@ -507,8 +590,20 @@ return {n, poisoned, reclaimed}
 # ARGV[7] most expired leases to reclaim in this call, ARGV[8] back-off quiet
 # period ms (a back-off raised longer ago than that is forgiven),
 # ARGV[9] refill a host with spilled requests whose queue is shorter than
-# this (0: no spill): it joins the refill SET
+# this (0: no spill): it joins the refill SET,
+# ARGV[10] AutoThrottle start delay ms (-1: AutoThrottle off),
+# ARGV[11] the IP delay ms (0: no IP schedule: POLITENESS_KEY names no ip),
+# ARGV[12] the worker's DOWNLOAD_SLOTS as JSON, {host name: [delay ms,
+# concurrency]} (-1: not set), '' for none
+# KEYS[9] overrides HASH, KEYS[10] IP schedule ZSET (ip -> busy until, ms)
 # Due entries of the delayed ZSET are moved into their queues first.
+# A host is leased at most once per spacing (host_conf, spacing); with an IP
+# schedule, not while its address (the record's ``ip``) is busy for more
+# than half an IP delay: the host then waits in ``ready`` until then, so
+# another host is leased instead, and each lease marks its address busy for
+# the IP delay. (So a partition leases an address's hosts at most twice per
+# IP delay; a request that then waits for the address marks it busy until
+# after its own turn, in every partition: see the download lock.)
 # Returns {reclaimed, ms until the next host or delayed retry is ready
 #          (-1: none queued),
 #          hosts ready, leases outstanding, entries poisoned, paused (0/1),
@@ -516,6 +611,8 @@ return {n, poisoned, reclaimed}
 #          id1, request1, id2, request2, ...}
 LEASE_LUA = (
     LUA_SCHEDULE_HOST
+    + LUA_HOST_CONF
+    + LUA_IP_SCHEDULE
     + f"""
 local SPACED_LOOKAHEAD = {SPACED_LOOKAHEAD}
 """
@@ -527,6 +624,16 @@ local count, lease_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
 local worker, default_delay = ARGV[5], tonumber(ARGV[6])
 local quiet = tonumber(ARGV[8])
 local refill_below = tonumber(ARGV[9] or '0') or 0
+local start = tonumber(ARGV[10] or '-1') or -1
+local ip_ms = tonumber(ARGV[11] or '0') or 0
+local lead = math.floor(ip_ms / 2)
+local slots = {}
+if ARGV[12] and ARGV[12] ~= '' then slots = cjson.decode(ARGV[12]) end
+local conf, ipsched = KEYS[9], KEYS[10]
+local function slot_value(v)
+  if type(v) == 'number' and v >= 0 then return v end
+  return nil
+end
 local now = now_ms()
 
 local reclaimed = 0
@@ -549,15 +656,26 @@ while #out < count * 2 and guard > 0 do
   local host = top[1]
   local hkey = hprefix .. host
   local rec = host_record(hkey, on_key)
+  local ip = ip_ms > 0 and redis.call('HGET', hkey, 'ip')
+  -- Half an IP delay early: the request reaches its worker's lock as the
+  -- address frees, rather than a lease round and a download pipeline late.
+  local ip_free = ip and ip_free_at(ipsched, ip) - lead or 0
   if rec.park > now then
     redis.call('ZADD', ready, rec.park, host)
+  elseif ip_free > now then
+    redis.call('ZADD', ready, ip_free, host)
   else
     local q = qprefix .. host
     local popped = on_key('ZPOPMIN', q)
     if #popped == 0 then
       redis.call('ZREM', ready, host)
     else
-      local nxt = now + spacing(rec, default_delay, now, quiet)
+      local name = host_name(host)
+      local slot = slots[name] or {}
+      local own = host_conf(conf, name, slot_value(slot[1]), slot_value(slot[2]),
+                            default_delay)
+      local nxt = now + spacing(rec, own, now, quiet, start)
+      if ip then ip_busy(ipsched, ip, now + ip_ms, now) end
       redis.call('HSET', hkey, 'next', nxt)
       local left = redis.call('ZCARD', q)
       if left < refill_below
@@ -935,12 +1053,80 @@ redis.call('HDEL', KEYS[1], 'fails', 'breaker', 'failing_since', 'down',
 return opened
 """
 
-# KEYS[1] the host record. ARGV[1] the host's minimum delay ms ('': none, the
-# default delay applies). Returns nothing.
+# KEYS[1] the host record. ARGV[1] the robots.txt delay ms ('': none).
+# Returns nothing.
 SET_DELAY_LUA = """
 if ARGV[1] == '' then
   redis.call('HDEL', KEYS[1], 'delay')
 else
   redis.call('HSET', KEYS[1], 'delay', ARGV[1])
 end
+"""
+
+# AutoThrottle, fleet-wide: one response's latency moves the host's
+# ``throttle`` as Scrapy's AutoThrottle moves a download slot's delay
+# (scrapy/extensions/throttle.py): towards latency / target concurrency, at
+# once when that is higher, else halfway; within [min, max]; a response that
+# is not a 200 may raise it, never lower it (error pages are fast).
+# KEYS[1] the host record.
+# ARGV[1] latency ms, ARGV[2] AUTOTHROTTLE_TARGET_CONCURRENCY,
+# ARGV[3] the lowest delay ms (DOWNLOAD_DELAY), ARGV[4] AUTOTHROTTLE_MAX_DELAY ms,
+# ARGV[5] the start delay ms (the throttle of a host with none yet),
+# ARGV[6] 1 if the response was a 200, else 0.
+# Returns {throttle ms before, throttle ms now}.
+THROTTLE_LUA = (
+    LUA_RECORD
+    + """
+local rec = host_record(KEYS[1])
+local old = rec.throttle or tonumber(ARGV[5])
+local target = tonumber(ARGV[1]) / tonumber(ARGV[2])
+local new = math.max(target, (old + target) / 2)
+new = math.floor(math.min(math.max(tonumber(ARGV[3]), new), tonumber(ARGV[4])))
+if ARGV[6] ~= '1' and new <= old then return {old, old} end
+redis.call('HSET', KEYS[1], 'throttle', new)
+return {old, new}
+"""
+)
+
+# KEYS[1] the host record. ARGV[1] the address the host's name resolves to.
+# Sets ``ip`` (the lease script's IP schedule reads it). Returns 1 if it changed.
+SET_IP_LUA = """
+local ip = ARGV[1]
+if redis.call('HGET', KEYS[1], 'ip') == ip then return 0 end
+redis.call('HSET', KEYS[1], 'ip', ip)
+return 1
+"""
+
+# KEYS[1] one partition's IP schedule ZSET. ARGV[1] the address, ARGV[2] ms
+# from now it stays busy. Marks it busy until then (never earlier than it
+# already is). Returns nothing.
+IP_BUSY_LUA = (
+    LUA_NOW_MS
+    + LUA_IP_SCHEDULE
+    + """
+local now = now_ms()
+ip_busy(KEYS[1], ARGV[1], now + tonumber(ARGV[2]), now)
+"""
+)
+
+# KEYS[1] one partition's overrides HASH. ARGV[1] the host name, then (field,
+# value) pairs of OVERRIDE_FIELDS: a number sets the field, '' removes it.
+# A host left with no field is removed. Returns the override's JSON ('': none).
+SET_OVERRIDE_LUA = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local o = {}
+if raw then
+  local ok, v = pcall(cjson.decode, raw)
+  if ok and type(v) == 'table' then o = v end
+end
+for i = 2, #ARGV, 2 do
+  if ARGV[i + 1] == '' then o[ARGV[i]] = nil else o[ARGV[i]] = tonumber(ARGV[i + 1]) end
+end
+if next(o) == nil then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return ''
+end
+local out = cjson.encode(o)
+redis.call('HSET', KEYS[1], ARGV[1], out)
+return out
 """

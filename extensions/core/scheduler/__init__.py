@@ -3,9 +3,10 @@
 Settings read (defaults in :mod:`extensions.settings.defaults`):
 ``FRONTIER_PARTITIONS``, ``FRONTIER_LEASE_TIMEOUT``, ``DOWNLOAD_DELAY``,
 ``BACKOFF_QUIET_PERIOD``, ``SCHEDULER_PERSIST``, ``SCHEDULER_FLUSH_ON_START``,
-``DUPEFILTER_CLASS``; its parts read their own (:mod:`.outbox`,
-:mod:`.buffer`, :mod:`.handoff`, :mod:`.task`, and the frontier spill,
-:mod:`extensions.core.frontier.spill`).
+``DUPEFILTER_CLASS``, the politeness terms of the lease script
+(:func:`extensions.core.frontier.overrides.schedule_terms`); its parts read
+their own (:mod:`.outbox`, :mod:`.dedup`, :mod:`.buffer`, :mod:`.handoff`,
+:mod:`.task`, and the frontier spill, :mod:`extensions.core.frontier.spill`).
 
 :class:`RedisScheduler` keeps Scrapy's synchronous contract without blocking
 the reactor: ``enqueue_request`` puts the request in a local outbox
@@ -35,6 +36,7 @@ from extensions.connection import async_client
 from extensions.connection.scripts import server_now_ms
 from extensions.core.frontier.deadletters import DeadLetters
 from extensions.core.frontier.frontier import PartitionedFrontier, Worker, worker_id
+from extensions.core.frontier.overrides import schedule_terms
 from extensions.core.frontier.spill import FrontierSpill
 from extensions.core.scheduler.buffer import (
     DEAD_AFTER_HEARTBEATS,
@@ -171,6 +173,7 @@ class RedisScheduler(BaseScheduler):
                 self.default_delay_ms,
                 self.backoff_quiet_ms,
                 self.spill.refill_below,
+                **schedule_terms(self.crawler.settings),
             ),
         )
         # Each partition caps and refills its own hosts.

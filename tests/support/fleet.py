@@ -1,4 +1,4 @@
-"""Run a local fleet of ``scrapy crawl web`` workers (demo, tests, benchmarks).
+"""Run a local fleet of ``scrapy crawl web`` workers (tests, demo, benchmarks).
 
 This is plain process management: each worker is a real ``scrapy crawl web``
 subprocess, exactly as an operator would start it, with settings passed as
@@ -25,7 +25,8 @@ from sandbox.resolver import SANDBOX_RESOLVER
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-ROOT = Path(__file__).resolve().parent.parent
+# The repository: tests/support/fleet.py is two levels below it.
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def push_seeds(
