@@ -116,7 +116,13 @@ class Outbox:
         self.spider: Spider | None = None
         self.worker = ""
         self._requests: deque[tuple[Request, str | None]] = deque()
-        self._acks: list[str] = []
+        # Each ended lease with the number of requests added before it (its
+        # response's children among them): it goes out with the batch that
+        # takes the last of those, never earlier (an ack before its page's
+        # links are written ahead loses them if the worker dies then).
+        self._acks: deque[tuple[str, int]] = deque()
+        self._added = 0  # requests ever added
+        self._taken = 0  # requests ever taken into a batch
         self._memory: deque[Request] = deque()  # requests JSON cannot hold
         # The batch on its way, kept apart from the outbox so a failed push
         # is retried without running the requests through the dupefilter
@@ -136,10 +142,12 @@ class Outbox:
         """Queue ``request``; ``parent``: the lease it takes over (a redirect
         or retry), ended in the script that queues it."""
         self._requests.append((request, parent))
+        self._added += 1
 
     def ack(self, lease: str) -> None:
-        """``lease`` ended: acknowledged with the next commit."""
-        self._acks.append(lease)
+        """``lease`` ended: acknowledged with the commit of the batch that
+        holds the last request added so far (its children written ahead)."""
+        self._acks.append((lease, self._added))
 
     def take_memory(self) -> Request | None:
         """A request that JSON cannot hold, kept in this worker's memory."""
@@ -192,12 +200,7 @@ class Outbox:
         await self._before_commit()
         while self._batch or self._requests or self._acks:
             if self._batch is None:
-                batch = [
-                    self._requests.popleft()
-                    for _ in range(min(OUTBOX_BATCH, len(self._requests)))
-                ]
-                acks, self._acks = self._acks, []
-                self._batch = self._prepare(batch, acks)
+                self._batch = self._prepare(*self._next_batch())
             p = self._batch
             if p.stage is Stage.NEW:
                 if p.candidates:
@@ -227,6 +230,18 @@ class Outbox:
                 self.crawler.signals.send_catch_log(
                     seeds_settled, entries=p.seeds, spider=self.spider
                 )
+
+    def _next_batch(self) -> tuple[list[tuple[Request, str | None]], list[str]]:
+        """The next requests (``OUTBOX_BATCH`` at most) and the acks that may
+        go with them: those of leases whose requests are all in this batch
+        or an earlier one."""
+        n = min(OUTBOX_BATCH, len(self._requests))
+        batch = [self._requests.popleft() for _ in range(n)]
+        self._taken += n
+        acks = []
+        while self._acks and self._acks[0][1] <= self._taken:
+            acks.append(self._acks.popleft()[0])
+        return batch, acks
 
     async def _dedup(self, p: _Batch) -> None:
         """Run the batch through the dupefilter (``LOGGED`` to ``DEDUPED``;
