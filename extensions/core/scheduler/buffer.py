@@ -260,13 +260,30 @@ class LeaseBuffer:
         await self.frontier.beat()
         self.beaten = True
         now = time.monotonic()
-        renew = [lease for lease, t in self._held.items() if now - t < MAX_LEASE_AGE]
-        renew += [lease for lease, _ in self._buffer]
+        self._abandon([t for t, at in self._held.items() if now - at >= MAX_LEASE_AGE])
+        renew = [*self._held, *(lease for lease, _ in self._buffer)]
         if renew:
             await self.frontier.extend(renew)
         ready, self._remote_leases = await self.frontier.due()
         self._remote_ready = self._remote_ready or ready
         self._count_others(self._remote_leases)
+
+    def _abandon(self, leases: list[str]) -> None:
+        """Leases past ``MAX_LEASE_AGE``, whose outcome never came: no longer
+        renewed (they expire and are fetched again), and no longer work this
+        worker holds (a finite crawl would never close on them). An outcome
+        that comes after all acknowledges nothing."""
+        for lease in leases:
+            self._held.pop(lease, None)
+            self.book.forget(lease)
+        if leases:
+            self.stats.inc_value("scheduler/lease_abandoned", len(leases))
+            logger.warning(
+                "Gave up %s leases held over %.0f s with no outcome: they "
+                "expire and are fetched again (scheduler/lease_abandoned)",
+                len(leases),
+                MAX_LEASE_AGE,
+            )
 
     def _count_others(self, outstanding: int) -> None:
         """Leases held by other workers: a worker must not close while they
