@@ -7,7 +7,7 @@
     item it keeps until it is durable, and ``items_stored`` (argument
     ``items``, a list) on the reactor thread once they are. The frontier
     lease of the response that yielded such an item ends only then
-    (:mod:`extensions.core.leases`), so a crash between fetch and flush loses
+    (:mod:`extensions.core.scheduler.leases`), so a crash between fetch and flush loses
     nothing. An item is matched to its response by identity (the object the
     spider yielded), else by the lease it names (a ``lease`` attribute or
     key, as :class:`pipelines.items.PageItem` carries). Every other item is

@@ -156,7 +156,8 @@ class StoragePipeline:
         if not isinstance(item, PageItem):
             return item
         assert self.batcher is not None
-        # Its response's lease waits for items_stored (extensions.core.leases).
+        # Its response's lease waits for items_stored (see
+        # extensions.core.scheduler.leases).
         self.crawler.signals.send_catch_log(signals.item_held, item=item)
         page = await asyncio.to_thread(
             prepare_page, item, self.zlib_level, self.min_words

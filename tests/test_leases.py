@@ -1,8 +1,9 @@
-"""When a leased request is done (extensions.core.leases): the book's rules."""
+"""When a leased request is done (extensions.core.scheduler.leases): the
+book's rules."""
 
 from __future__ import annotations
 
-from extensions.core.leases import LeaseBook
+from extensions.core.scheduler.leases import LeaseBook
 
 
 def test_a_lease_ends_when_its_output_ended_and_its_items_are_finished() -> None:

@@ -19,7 +19,8 @@ from scrapy.http import Response
 from extensions.connection.embedded import RedisProcess
 from extensions.core.frontier.frontier import Frontier, QueuedRequest, Worker
 from extensions.core.frontier.serialization import request_to_bytes
-from extensions.core.scheduler import RedisScheduler
+from extensions.core.scheduler import RedisScheduler, buffer
+from extensions.core.scheduler.outbox import OUTBOX_BATCH
 from extensions.meta import FRONTIER_LEASE
 from extensions.signals import item_held, items_stored
 from extensions.utils.hosts import host_key
@@ -393,6 +394,85 @@ def test_a_resumed_crawl_is_pending_right_after_open(redis_url: str) -> None:
         await asyncio.sleep(0.5)
         assert s.next_request() is None
         assert s.has_pending_requests()
+        await s.close_async("finished")
+
+    run(body)
+
+
+def test_a_pages_ack_waits_for_its_last_link_written_ahead(redis_url: str) -> None:
+    """Issue 22: an outbox batch takes OUTBOX_BATCH requests; a page whose
+    links fill more than one batch keeps its lease in Redis until the batch
+    holding its last link is written ahead (a worker killed between the two
+    batches must not have acknowledged a page whose links it never wrote)."""
+
+    async def body() -> None:
+        crawler = make_crawler(redis_url)
+        s = await opened(crawler)
+        s.enqueue_request(Request("http://a.test/page"))
+        (page,) = await drain(s, 1)
+        lease = page.meta[FRONTIER_LEASE]
+        frontier = s.frontier
+        assert frontier is not None and crawler.stats is not None
+        # The second batch's write-ahead waits, as if the worker died there.
+        real = frontier.log_ahead
+        calls = 0
+        stuck, go_on = asyncio.Event(), asyncio.Event()
+
+        async def log_ahead(*args: Any) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 2:
+                stuck.set()
+                await go_on.wait()
+            await real(*args)
+
+        frontier.log_ahead = log_ahead  # type: ignore[method-assign]
+        links = OUTBOX_BATCH + 100
+        for i in range(links):
+            assert s.enqueue_request(Request(f"http://b{i % 20}.test/{i}"))
+        s.leases.output_ended(lease)  # the page's output ended: its lease too
+        await wait_for(stuck.is_set)
+        # Redis: the first batch queued, the page's lease still outstanding.
+        assert await frontier.queued() == OUTBOX_BATCH
+        assert (await frontier.counts())[1] == 1
+        assert not crawler.stats.get_value("scheduler/acked")
+        go_on.set()
+        await pushed(s, 1 + links)
+        await wait_for(lambda: crawler.stats.get_value("scheduler/acked") == 1)
+        await s.close_async("finished")
+
+    run(body)
+
+
+def test_a_lease_past_its_maximum_age_lets_the_crawl_close(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22: a lease whose outcome never comes (here an item a pipeline
+    holds and never reports stored) is not renewed past MAX_LEASE_AGE, so it
+    expires in Redis and its request is fetched again; the worker must
+    forget it too, or a finite crawl never closes on that worker."""
+    monkeypatch.setattr(buffer, "MAX_LEASE_AGE", 0.0)
+
+    async def body() -> None:
+        crawler = make_crawler(redis_url, FRONTIER_LEASE_TIMEOUT=1.0)
+        s = await opened(crawler)
+        assert s.frontier is not None and crawler.stats is not None
+        s.enqueue_request(Request("http://a.test/1"))
+        (request,) = await drain(s, 1)
+        lease = request.meta[FRONTIER_LEASE]
+        item = PageItem(url=request.url, final_url=request.url, status=200,
+                        fingerprint="00", lease=lease)  # fmt: skip
+        s.leases.yielded(lease, item)
+        s.leases.output_ended(lease)
+        crawler.signals.send_catch_log(item_held, item=item)  # never stored
+        # Not renewed: it expires in Redis and the request comes back.
+        (again,) = await drain(s, 1, timeout=30)
+        assert again.url == request.url
+        s.leases.output_ended(again.meta[FRONTIER_LEASE])  # this time it ends
+        await wait_for(lambda: crawler.stats.get_value("scheduler/acked") == 1)
+        assert await s.frontier.counts() == (0, 0)  # Redis holds nothing
+        await wait_for(lambda: not s.has_pending_requests())
+        assert crawler.stats.get_value("scheduler/lease_abandoned") == 1
         await s.close_async("finished")
 
     run(body)

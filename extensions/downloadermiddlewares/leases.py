@@ -3,7 +3,7 @@
 Settings read: none.
 
 It follows a leased request whose download fails for good through the
-spider's errback (:class:`~extensions.core.leases.FollowedErrback`), so its
+spider's errback (:class:`~extensions.core.scheduler.leases.FollowedErrback`), so its
 lease ends with the errback's output (``docs/frontier.md``, "Leases").
 """
 
@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from extensions.core.leases import FollowedErrback, lease_of, leasing_scheduler, unwrap
+from extensions.core.scheduler.leases import (
+    FollowedErrback,
+    lease_of,
+    leasing_of,
+    unwrap,
+)
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -39,14 +44,12 @@ class LeaseDownloaderMiddleware:
         return cls(crawler)
 
     def process_request(self, request: Request) -> None:
-        scheduler = leasing_scheduler(self.crawler)
+        leasing = leasing_of(self.crawler)
         lease = lease_of(request)
-        if scheduler is None or lease is None or not scheduler.leases.tracks(lease):
+        if leasing is None or lease is None or not leasing.book.tracks(lease):
             return
         if not isinstance(request.errback, FollowedErrback):
-            request.errback = FollowedErrback(
-                request, request.errback, scheduler, lease
-            )
+            request.errback = FollowedErrback(request, request.errback, leasing, lease)
 
     def process_response(self, request: Request, response: Response) -> Response:
         unwrap(request)

@@ -489,6 +489,60 @@ class HostLock:
         return await self.tokens.extend(self._key(lock_id), token, ttl_ms)
 
 
+class LockIds:
+    """The ids of the locks a request takes, in ``POLITENESS_KEY``'s order:
+    its host key, its registered domain, the address its name resolves to
+    (through the crawl's resolver, kept in a bounded cache)."""
+
+    def __init__(self, kinds: tuple[str, ...]) -> None:
+        self.kinds = kinds
+        self._ips: dict[str, str] = {}
+
+    async def of(self, hostkey: str) -> list[tuple[str, str]]:
+        """``(kind, id)`` of each lock a request for ``hostkey`` takes."""
+        hostname = hostname_of(hostkey)
+        ids = []
+        for kind in self.kinds:
+            if kind == "host":
+                ids.append((kind, hostkey))
+            elif kind == "domain":
+                ids.append((kind, registered_domain(hostname)))
+            else:
+                ids.append((kind, await self._resolve(hostname)))
+        return ids
+
+    async def _resolve(self, hostname: str) -> str:
+        ip = self._ips.get(hostname) or dnscache.get(hostname)
+        if ip:
+            return str(ip)
+        try:
+            ip = await self._lookup(hostname)
+        except (OSError, IndexError, defer.TimeoutError):
+            return hostname  # unresolvable: the download fails anyway
+        if len(self._ips) > 10_000:  # a bounded cache; DNS changes rarely
+            self._ips.clear()
+        self._ips[hostname] = ip
+        return ip
+
+    @staticmethod
+    async def _lookup(hostname: str) -> str:
+        """The address the crawl's downloads connect to: through the
+        resolver Scrapy installed on the reactor (``TWISTED_DNS_RESOLVER``)
+        when this coroutine runs on the reactor's loop, else (a loop of its
+        own: a unit test) the system's."""
+        from twisted.internet import reactor
+
+        loop = asyncio.get_running_loop()
+        # A running reactor is not enough: a loop of its own run inside a
+        # reactor callback (asyncio.run in a test) blocks the reactor, whose
+        # resolver would then never answer.
+        if reactor.running and getattr(reactor, "_asyncioEventloop", None) is loop:
+            found = reactor.resolver.getHostByName(hostname)
+            return str(await maybe_deferred_to_future(found))
+        infos = await loop.getaddrinfo(hostname, None, type=socket.SOCK_STREAM)
+        return str(infos[0][4][0])
+
+
 class PolitenessMiddleware:
     """Downloader middleware: take the request's fleet-wide download locks
     right before the download.
@@ -565,7 +619,7 @@ class PolitenessMiddleware:
         self._records: HostRecords | None = None
         self._local: dict[str, asyncio.Lock] = {}
         self._freed: asyncio.Event | None = None
-        self._ips: dict[str, str] = {}
+        self.ids = LockIds(self.kinds)
         self._ip_recorded: dict[str, str] = {}  # host key -> address written
         self._slot_delay_logged = False
         crawler.signals.connect(
@@ -604,47 +658,7 @@ class PolitenessMiddleware:
 
     async def lock_ids(self, request: Request, hostkey: str) -> list[tuple[str, str]]:
         """``(kind, id)`` of each lock the request takes, in order."""
-        hostname = hostname_of(hostkey)
-        ids = []
-        for kind in self.kinds:
-            if kind == "host":
-                ids.append((kind, hostkey))
-            elif kind == "domain":
-                ids.append((kind, registered_domain(hostname)))
-            else:
-                ids.append((kind, await self._resolve(hostname)))
-        return ids
-
-    async def _resolve(self, hostname: str) -> str:
-        ip = self._ips.get(hostname) or dnscache.get(hostname)
-        if ip:
-            return str(ip)
-        try:
-            ip = await self._lookup(hostname)
-        except (OSError, IndexError, defer.TimeoutError):
-            return hostname  # unresolvable: the download fails anyway
-        if len(self._ips) > 10_000:  # a bounded cache; DNS changes rarely
-            self._ips.clear()
-        self._ips[hostname] = ip
-        return ip
-
-    @staticmethod
-    async def _lookup(hostname: str) -> str:
-        """The address the crawl's downloads connect to: through the
-        resolver Scrapy installed on the reactor (``TWISTED_DNS_RESOLVER``)
-        when this coroutine runs on the reactor's loop, else (a loop of its
-        own: a unit test) the system's."""
-        from twisted.internet import reactor
-
-        loop = asyncio.get_running_loop()
-        # A running reactor is not enough: a loop of its own run inside a
-        # reactor callback (asyncio.run in a test) blocks the reactor, whose
-        # resolver would then never answer.
-        if reactor.running and getattr(reactor, "_asyncioEventloop", None) is loop:
-            found = reactor.resolver.getHostByName(hostname)
-            return str(await maybe_deferred_to_future(found))
-        infos = await loop.getaddrinfo(hostname, None, type=socket.SOCK_STREAM)
-        return str(infos[0][4][0])
+        return await self.ids.of(hostkey)
 
     async def process_request(self, request: Request) -> Request | None:
         if request.meta.get(meta.DONT_POLITENESS) or not request.url.startswith(

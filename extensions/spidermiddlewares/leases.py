@@ -3,7 +3,7 @@
 Settings read: none.
 
 It counts the items of each leased response's callback output and tells the
-scheduler's :class:`~extensions.core.leases.LeaseBook` when the output ends
+scheduler's :class:`~extensions.core.scheduler.leases.LeaseBook` when the output ends
 (``docs/frontier.md``, "Leases"), so a lease ends when its response is fully
 processed, whatever the spider yields.
 """
@@ -12,12 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from extensions.core.leases import (
-    LeaseBook,
-    follow,
-    lease_of_response,
-    leasing_scheduler,
-)
+from extensions.core.scheduler.leases import follow, lease_of_response, leasing_of
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -41,15 +36,14 @@ class LeaseSpiderMiddleware:
     async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any]
     ) -> AsyncIterator[Any]:
-        scheduler = leasing_scheduler(self.crawler)
+        leasing = leasing_of(self.crawler)
         lease = lease_of_response(response)
-        if scheduler is None or lease is None or not scheduler.leases.tracks(lease):
+        if leasing is None or lease is None or not leasing.book.tracks(lease):
             async for out in result:
                 yield out
             return
-        book: LeaseBook = scheduler.leases
-        scheduler.response_reached_spider(response)
+        leasing.failures.response_reached_spider(response)
         request = response.request
         assert request is not None
-        async for out in follow(scheduler, book, lease, result, request, response):
+        async for out in follow(leasing, lease, result, request, response):
             yield out

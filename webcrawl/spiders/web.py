@@ -383,7 +383,7 @@ class WebSpider(Spider):
     def on_error(self, failure: Failure) -> Iterator[PageItem]:
         """The final-failure path of every request: the page is stored with
         its error. (A terminal failure's dead letter is the scheduler's,
-        :mod:`extensions.core.leases`, filed before this runs.)"""
+        :mod:`extensions.core.scheduler.leases`, filed before this runs.)"""
         request: Request = failure.request  # type: ignore[attr-defined]
         value = failure.value
         if isinstance(value, HttpError):

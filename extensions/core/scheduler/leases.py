@@ -38,7 +38,7 @@ import inspect
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy import Request
 from scrapy.exceptions import CloseSpider
@@ -195,19 +195,53 @@ class LeaseBook:
             self._held.pop(ref, None)
 
 
-def leasing_scheduler(crawler: Crawler) -> Any:
-    """The crawl's scheduler if it leases (it has a :class:`LeaseBook` as
-    ``leases``), else None (another scheduler, or no engine yet)."""
+class Failures(Protocol):
+    """Where the failures of leased requests are filed: the scheduler's
+    dead-letter hand-off (:mod:`extensions.core.scheduler.handoff`)."""
+
+    def response_reached_spider(self, response: Any) -> None: ...
+
+    def download_failed(
+        self,
+        request: Request,
+        exception: BaseException,
+        errback: Callable[..., Any] | None = None,
+    ) -> None: ...
+
+    def output_failed(
+        self, request: Request, lease: str, exc: BaseException, response: Any
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class Leasing:
+    """What the two outermost middlewares report a leased request's
+    progress to: the lease book and where failures are filed."""
+
+    book: LeaseBook
+    failures: Failures
+
+    def output_failed(
+        self, request: Request, lease: str, exc: BaseException, response: Any = None
+    ) -> None:
+        """The callback (or errback) of a leased request raised: its dead
+        letter is filed, and the lease ends once the items it did yield are
+        finished."""
+        self.failures.output_failed(request, lease, exc, response)
+        self.book.output_ended(lease)
+
+
+def leasing_of(crawler: Crawler) -> Leasing | None:
+    """The crawl's :class:`Leasing` if its scheduler leases (it has one as
+    ``leasing``), else None (another scheduler, or no engine yet)."""
     engine = getattr(crawler, "engine", None)
     scheduler = getattr(engine, "scheduler", None) if engine is not None else None
-    return (
-        scheduler if isinstance(getattr(scheduler, "leases", None), LeaseBook) else None
-    )
+    found = getattr(scheduler, "leasing", None)
+    return found if isinstance(found, Leasing) else None
 
 
 async def follow(
-    scheduler: Any,
-    book: LeaseBook,
+    leasing: Leasing,
     lease: str,
     result: AsyncIterator[Any],
     request: Request,
@@ -215,6 +249,7 @@ async def follow(
 ) -> AsyncIterator[Any]:
     """Yield ``result``, counting its items for ``lease``; end the lease's
     output when it is exhausted, or report the exception it raised."""
+    book = leasing.book
     try:
         async for out in result:
             if out is not None and not isinstance(out, Request):
@@ -225,7 +260,7 @@ async def follow(
         book.output_ended(lease)
         raise
     except Exception as exc:
-        scheduler.output_failed(request, exc, response)
+        leasing.output_failed(request, lease, exc, response)
         raise
     book.output_ended(lease)
 
@@ -242,7 +277,7 @@ class FollowedErrback:
     """The errback of one leased request while it is downloaded. Called by
     Scrapy's scraper when the download failed for good: puts the spider's
     own errback back (the spider sees its request unchanged), has the
-    scheduler file the dead letter of a terminal failure, then calls the
+    dead letter of a terminal failure filed, then calls the
     spider's errback (or, without one, hands the failure back for Scrapy to
     log) and follows its output."""
 
@@ -250,12 +285,12 @@ class FollowedErrback:
         self,
         request: Request,
         errback: Callable[[Failure], Any] | None,
-        scheduler: Any,
+        leasing: Leasing,
         lease: str,
     ) -> None:
         self.request = request
         self.errback = errback
-        self.scheduler = scheduler
+        self.leasing = leasing
         self.lease = lease
         self.__name__ = getattr(errback, "__name__", "errback")
 
@@ -265,21 +300,23 @@ class FollowedErrback:
         request = found if isinstance(found, Request) else self.request
         unwrap(request)
         unwrap(self.request)
-        book: LeaseBook = self.scheduler.leases
-        self.scheduler.download_failed(request, failure.value, self.errback)
+        book = self.leasing.book
+        # A Failure always holds its exception (typed optional by Twisted).
+        assert failure.value is not None
+        self.leasing.failures.download_failed(request, failure.value, self.errback)
         if self.errback is None:
             book.output_ended(self.lease)
             return failure  # Scrapy logs the download error, as without us
         try:
             output = self.errback(failure)
         except Exception as exc:
-            self.scheduler.output_failed(request, exc)
+            self.leasing.output_failed(request, self.lease, exc)
             raise
         if output is None or isinstance(output, Failure):
             # Nothing, or the failure itself (Scrapy re-raises it).
             book.output_ended(self.lease)
             return output
-        return follow(self.scheduler, book, self.lease, _outputs(output), request)
+        return follow(self.leasing, self.lease, _outputs(output), request)
 
 
 async def _outputs(output: Any) -> AsyncIterator[Any]:
