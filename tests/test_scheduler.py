@@ -21,6 +21,7 @@ from extensions.core.frontier.frontier import Frontier, QueuedRequest, Worker
 from extensions.core.frontier.serialization import request_to_bytes
 from extensions.core.scheduler import RedisScheduler, buffer
 from extensions.core.scheduler.outbox import OUTBOX_BATCH
+from extensions.dupefilters import BloomDupeFilter
 from extensions.meta import FRONTIER_LEASE
 from extensions.signals import item_held, items_stored
 from extensions.utils.hosts import host_key
@@ -474,5 +475,40 @@ def test_a_lease_past_its_maximum_age_lets_the_crawl_close(
         await wait_for(lambda: not s.has_pending_requests())
         assert crawler.stats.get_value("scheduler/lease_abandoned") == 1
         await s.close_async("finished")
+
+    run(body)
+
+
+class FlakyOpenDupeFilter(BloomDupeFilter):
+    """Redis goes away once while the worker opens its dupefilter."""
+
+    fails = 1
+
+    async def open_async(self, prefix: str | None = None) -> None:
+        if FlakyOpenDupeFilter.fails:
+            FlakyOpenDupeFilter.fails -= 1
+            raise aredis.ConnectionError("Redis went away while the worker opened")
+        await super().open_async(prefix)
+
+
+def test_a_redis_blip_while_the_worker_opens_is_waited_out(redis_url: str) -> None:
+    """The dupefilter's open talks to Redis (the Bloom filter's metadata): a
+    transient error there is waited out with the scheduler's back-off, as at
+    every other step of the open. It ended the worker with status 1 (a
+    second worker of a fleet opening as Redis restarted)."""
+
+    async def body() -> None:
+        crawler = make_crawler(
+            redis_url, DUPEFILTER_CLASS=f"{__name__}.FlakyOpenDupeFilter"
+        )
+        s = RedisScheduler.from_crawler(crawler)
+        assert crawler.spider is not None
+        await s.open_async(crawler.spider)
+        try:
+            assert FlakyOpenDupeFilter.fails == 0
+            assert crawler.stats is not None
+            assert crawler.stats.get_value("scheduler/redis_errors") == 1
+        finally:
+            await s.close_async("finished")
 
     run(body)

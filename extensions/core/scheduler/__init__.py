@@ -201,7 +201,9 @@ class RedisScheduler(BaseScheduler):
         # A crawl keeps the partition count it was started with (the same
         # host in two partitions would have two locks).
         await self.task.retrying(frontier.pin)
-        await _maybe_await(self.dupefilter.open())
+        # Ours talks to Redis (the Bloom filter's metadata): a blip is waited
+        # out here too, not a worker that exits as it starts.
+        await self.task.retrying(lambda: _maybe_await(self.dupefilter.open()))
         logger.info(
             "Frontier %r opened as worker %s (persist=%s)",
             spider.name,
