@@ -346,8 +346,8 @@ def test_scheduler_quarantines_a_poisoned_queue_entry(redis_url: str) -> None:
                 q("http://a.test/good"),
             ]
         )
-        s._next_poll = 0.0
-        s._wakeup.set()
+        s.buffer.poll_now()
+        s.task.wake()
         got = await drain(s, 1)
         assert [r.url for r in got] == ["http://a.test/good"]
         records = await poison_records(f)
@@ -383,7 +383,7 @@ def test_a_failing_step_does_not_starve_the_others(redis_url: str) -> None:
             await asyncio.sleep(0.01)
         await s.frontier.client.delete(s.frontier.keys.workers)
         await s.frontier.client.set(s.frontier.keys.workers, "oops")
-        s._next_heartbeat = 0.0
+        s.buffer._next_heartbeat = 0.0
         for i in range(3):
             s.enqueue_request(Request(f"http://a.test/{i}"))
         got = await drain(s, 3)
