@@ -28,7 +28,7 @@ from scrapy.exceptions import (
 )
 
 from extensions import meta
-from extensions.connection import async_client, retry_redis
+from extensions.connection import retry_redis
 from extensions.core.frontier.deadletters import DeadLetters
 from extensions.core.frontier.hostrecord import HostRecords
 from extensions.keys import crawl_prefix
@@ -101,11 +101,7 @@ class BackoffMiddleware:
     @property
     def records(self) -> HostRecords:
         if self._records is None:
-            self._records = HostRecords(
-                async_client(self.crawler),
-                crawl_prefix(self.crawler),
-                self.crawler.settings.getint("FRONTIER_PARTITIONS"),
-            )
+            self._records = HostRecords.of_crawler(self.crawler)
         return self._records
 
     @property

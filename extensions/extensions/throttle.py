@@ -33,9 +33,8 @@ from typing import TYPE_CHECKING, Any, Self
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from extensions.connection import TRANSIENT_REDIS_ERRORS, async_client
+from extensions.connection import TRANSIENT_REDIS_ERRORS
 from extensions.core.frontier.hostrecord import HostRecords
-from extensions.keys import crawl_prefix
 from extensions.settings import config, defaults
 from extensions.utils.hosts import host_key
 
@@ -74,7 +73,6 @@ class FleetAutoThrottle:
         self.start_ms = max(
             self.min_ms, round(s.getfloat("AUTOTHROTTLE_START_DELAY") * 1000)
         )
-        self.partitions = s.getint("FRONTIER_PARTITIONS")
         self._records: HostRecords | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         crawler.signals.connect(self._downloaded, signal=signals.response_downloaded)
@@ -87,9 +85,7 @@ class FleetAutoThrottle:
     @property
     def records(self) -> HostRecords:
         if self._records is None:
-            self._records = HostRecords(
-                async_client(self.crawler), crawl_prefix(self.crawler), self.partitions
-            )
+            self._records = HostRecords.of_crawler(self.crawler)
         return self._records
 
     def _downloaded(self, response: Response, request: Request, **_: Any) -> None:

@@ -16,6 +16,7 @@ import logging
 import random
 from typing import TYPE_CHECKING
 
+from extensions.connection import async_client
 from extensions.connection.scripts import run_pipelined, script
 from extensions.core.frontier.lua import (
     FAIL_LUA,
@@ -27,11 +28,12 @@ from extensions.core.frontier.lua import (
     SUCCESS_LUA,
     THROTTLE_LUA,
 )
-from extensions.keys import FrontierKeys
+from extensions.keys import FrontierKeys, crawl_prefix
 from extensions.utils.hosts import host_partition, hostname_of
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
+    from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,16 @@ class HostRecords:
         self.client = client
         self.prefix = prefix
         self.partitions = partitions
+
+    @classmethod
+    def of_crawler(cls, crawler: Crawler) -> HostRecords:
+        """The host records of ``crawler``'s crawl, on its shared client
+        (``FRONTIER_PARTITIONS``)."""
+        return cls(
+            async_client(crawler),
+            crawl_prefix(crawler),
+            crawler.settings.getint("FRONTIER_PARTITIONS"),
+        )
 
     def record(self, hostkey: str) -> str:
         """The key of a host's record, in its partition."""
