@@ -19,15 +19,8 @@ package index can be reached.
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import importlib.metadata
-import os
 import re
-import subprocess
-import sys
-import tarfile
-import tempfile
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from protego import Protego
@@ -37,62 +30,25 @@ from scrapy.http import Request
 from extensions.connection import async_client
 from extensions.downloadermiddlewares.robotstxt import SharedRobotsTxtMiddleware
 from extensions.settings import defaults
+from tests.support.sdist import unpacked_sdist
 from tests.utils import get_crawler
 
-ROOT = Path(__file__).resolve().parents[1]
-CACHE = ROOT / ".webcrawl" / "cache"
+if TYPE_CHECKING:
+    from pathlib import Path
+
 # Ours (no group of its own anywhere: the ``*`` group decides) and one many
 # files give a group of its own.
 USER_AGENTS = ("webcrawl", "Googlebot")
 COMMON_PATHS = ("/", "/index.html", "/search?q=a", "/wp-admin/", "/%7Euser/a b")
-# pip's words for "the index cannot be reached" (then skip; any other pip
-# failure is a failure).
-OFFLINE = re.compile(
-    r"NewConnectionError|Failed to establish|Temporary failure in name resolution"
-    r"|Network is unreachable|No matching distribution found|ConnectTimeout"
-    r"|ReadTimeout|ProxyError|Could not fetch URL",
-)
 RULE = re.compile(rb"^\s*(?:dis)?allow\s*:\s*(\S+)", re.IGNORECASE | re.MULTILINE)
 
 
 def protego_corpus() -> Path:
     """The directory of Protego's robots.txt corpus, fetched on first use."""
-    version = importlib.metadata.version("protego")
-    root = CACHE / f"protego-{version}"
-    data = root / "tests" / "test_data"
-    if data.is_dir():
-        return data
-    CACHE.mkdir(parents=True, exist_ok=True)
-    # One download for all the pytest-xdist processes: the others wait on
-    # the lock, then find the corpus in place.
-    with (CACHE / "protego.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not data.is_dir():
-            download_corpus(version, root)
-    return data
-
-
-def download_corpus(version: str, root: Path) -> None:
-    """``pip download`` Protego's sdist and put its corpus at ``root``."""
-    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps",
-             "--no-binary", ":all:", "--retries", "1", "--timeout", "20",
-             "--dest", tmp, f"protego=={version}"],
-            capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
-        if proc.returncode != 0:
-            output = proc.stdout + proc.stderr
-            if OFFLINE.search(output):
-                pytest.skip(f"no package index reachable to fetch Protego's corpus: "
-                            f"{output.strip().splitlines()[-1]}")  # fmt: skip
-            raise AssertionError(f"pip download of protego failed:\n{output}")
-        (sdist,) = Path(tmp).glob("protego-*.tar.gz")
-        with tarfile.open(sdist) as tar:
-            members = [m for m in tar.getmembers() if "/tests/test_data/" in m.name]
-            tar.extractall(tmp, members=members, filter="data")
-        # Move into place whole: an interrupted fetch leaves no half corpus.
-        os.replace(Path(tmp) / f"protego-{version}", root)
+    data = "tests/test_data"
+    return (
+        unpacked_sdist("protego", lambda name: name.startswith(data + "/"), data) / data
+    )
 
 
 def sample_paths(body: bytes) -> list[str]:

@@ -13,19 +13,17 @@ spiders" section). Skipped only when no package index can be reached.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
 import subprocess
 import sys
-import tarfile
-import tempfile
 from pathlib import Path
 
 import pytest
 
+from tests.support.sdist import unpacked_sdist
+
 ROOT = Path(__file__).resolve().parents[1]
-CACHE = ROOT / ".webcrawl" / "cache"
 PLUGIN_DIR = ROOT / "tests" / "scrapy_contract"
 SUITES = (
     "tests/test_scheduler.py",
@@ -35,52 +33,21 @@ SUITES = (
     "tests/test_crawl.py",
     "tests/test_engine.py",
 )
-# pip's words for "the index cannot be reached" (then skip; any other pip
-# failure is a failure).
-OFFLINE = re.compile(
-    r"NewConnectionError|Failed to establish|Temporary failure in name resolution"
-    r"|Network is unreachable|No matching distribution found|ConnectTimeout"
-    r"|ReadTimeout|ProxyError|Could not fetch URL",
-)
 
 pytestmark = pytest.mark.slow
 
 
 def scrapy_tests() -> Path:
-    """The unpacked test files of the installed Scrapy's sdist (cached)."""
-    version = importlib.metadata.version("scrapy")
-    root = CACHE / f"scrapy-{version}"
-    if (root / "tests" / "test_crawl.py").is_file():
-        return root
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps",
-             "--no-binary", ":all:", "--retries", "1", "--timeout", "20",
-             "--dest", tmp, f"scrapy=={version}"],
-            capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
-        if proc.returncode != 0:
-            output = proc.stdout + proc.stderr
-            if OFFLINE.search(output):
-                pytest.skip(f"no package index reachable to fetch Scrapy's tests: "
-                            f"{output.strip().splitlines()[-1]}")  # fmt: skip
-            raise AssertionError(f"pip download of scrapy failed:\n{output}")
-        (sdist,) = Path(tmp).glob("scrapy-*.tar.gz")
-        unpacked = Path(tmp) / "unpacked"
-        with tarfile.open(sdist) as tar:
-            prefix = f"scrapy-{version}/"
-            # The tests, their conftest and pytest configuration; never the
-            # package itself (the installed Scrapy is the one under test).
-            members = [
-                m
-                for m in tar.getmembers()
-                if m.name.startswith(prefix + "tests/")
-                or m.name in (prefix + "conftest.py", prefix + "pyproject.toml")
-            ]
-            tar.extractall(unpacked, members=members, filter="data")
-        (unpacked / f"scrapy-{version}").rename(root)
-    return root
+    """The unpacked test files of the installed Scrapy's sdist (cached): the
+    tests, their conftest and pytest configuration; never the package itself
+    (the installed Scrapy is the one under test)."""
+    return unpacked_sdist(
+        "scrapy",
+        lambda name: (
+            name.startswith("tests/") or name in ("conftest.py", "pyproject.toml")
+        ),
+        "tests/test_crawl.py",
+    )
 
 
 # Scrapy 2.19.0's applicable tests (README, "Your own spiders").
