@@ -21,6 +21,7 @@ from webcrawl.addon import (
     DUPEFILTER,
     ITEM_PIPELINES,
     SCHEDULER,
+    SCRAPY_REMOTE_CONTROL,
     Webcrawl,
     setting_typos,
 )
@@ -92,19 +93,35 @@ def test_starts_the_embedded_redis_without_redis_url(
         assert stop_embedded(webcrawl_home)
 
 
-def test_project_settings_leave_no_remote_code_endpoint_on(redis_url: str) -> None:
-    """Scrapy 2.19's RemoteControl (an HTTP endpoint that runs Python) and the
-    telnet console are off in a worker built from the project settings."""
+def project_crawler(redis_url: str, **cmdline: object) -> Crawler:
     s = Settings()
     s.setmodule("webcrawl.settings", priority="project")
-    s.set("REDIS_URL", redis_url, priority="cmdline")
+    s.setdict({"REDIS_URL": redis_url, **cmdline}, priority="cmdline")
     s.setdict(get_reactor_settings(), priority="cmdline")  # as get_crawler does
     crawler = Crawler(WebSpider, s)
     crawler._apply_settings()
+    return crawler
+
+
+def test_project_settings_leave_no_remote_code_endpoint_on(redis_url: str) -> None:
+    """Scrapy 2.19's RemoteControl (an HTTP endpoint that runs Python) and the
+    telnet console are off in a worker built from the project settings; the
+    RemoteControl class is not even loaded (its module imports aiohttp)."""
+    crawler = project_crawler(redis_url)
     enabled = {type(ext).__name__ for ext in crawler.extensions.middlewares}
     assert "CoreStats" in enabled  # the extension list is the real one
     assert "RemoteControl" not in enabled
     assert "TelnetConsole" not in enabled
+    extensions = crawler.settings.getwithbase("EXTENSIONS")
+    assert extensions[SCRAPY_REMOTE_CONTROL] is None
+
+
+def test_remote_control_switched_on_by_its_setting_is_left_to_scrapy(
+    redis_url: str,
+) -> None:
+    crawler = project_crawler(redis_url, REMOTE_CONTROL_ENABLED=True)
+    extensions = crawler.settings.getwithbase("EXTENSIONS")
+    assert extensions[SCRAPY_REMOTE_CONTROL] == 0  # Scrapy's own order
 
 
 def test_embedded_redis_is_stopped_only_when_the_crawl_never_opened(
