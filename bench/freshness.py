@@ -590,12 +590,13 @@ def schedule_memory(n: int) -> dict[str, float]:
         # Store-side: every next visit in the store, then one refill of the
         # window (what extensions.extensions.recrawl.Recrawler._refill does).
         now = await schedule.now_ms()
-        store.schedule_put([(u, now + STORE_SPREAD_S * 1000 * j // count, r.to_json())
-                            for j, (u, r) in enumerate(records)])  # fmt: skip
+        side = store.side
+        side.schedule_put([(u, now + STORE_SPREAD_S * 1000 * j // count, r.to_json())
+                           for j, (u, r) in enumerate(records)])  # fmt: skip
         until = now + STORE_WINDOW_S * 1000
-        while entries := store.schedule_due(until, 1000):
+        while entries := side.schedule_due(until, 1000):
             await schedule.load(entries)
-            store.schedule_delete([(u, d) for u, d, _ in entries])
+            side.schedule_delete([(u, d) for u, d, _ in entries])
         window = await usage(client, schedule, *figures)
         in_window = int(await client.zcard(keys.recrawl))
         await client.aclose()

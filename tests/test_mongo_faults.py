@@ -150,9 +150,9 @@ def test_spill_append_over_a_dropped_connection_is_transient(
     store.open()
     entries = [(2**52 - 1, b'{"url": "http://a.test/1"}'), (7, b"{}")]
     with pytest.raises(TransientStoreError):
-        store.spill_append("http://a.test:80", entries)
-    store.spill_append("http://a.test:80", entries)
-    store.spill_append("http://a.test:80", entries)  # written twice: kept once
+        store.side.spill_append("http://a.test:80", entries)
+    store.side.spill_append("http://a.test:80", entries)
+    store.side.spill_append("http://a.test:80", entries)  # written twice: kept once
     store.close()
     docs = fake_mongo.docs["spilled_requests"]
     assert sorted(docs) == ["http://a.test:80 4503599627370495", "http://a.test:80 7"]
@@ -165,5 +165,5 @@ def test_spill_append_refused_is_permanent(fake_mongo: FakeMongo) -> None:
     store = MongoStore(fake_mongo.server.uri, "db", timeout_ms=2000)
     store.open()
     with pytest.raises(PermanentStoreError):
-        store.spill_append("http://a.test:80", [(1, b"{}")])
+        store.side.spill_append("http://a.test:80", [(1, b"{}")])
     store.close()

@@ -299,7 +299,9 @@ def test_robots_parsed_is_sent_and_a_request_is_matched_as_its_user_agent(
     )
     mw = SharedRobotsTxtMiddleware.from_crawler(crawler)
     host = "http://a.test:80"
-    mw._entries[host] = mw._entry(200, b"User-agent: rude\nDisallow: /\n", 60.0)
+    mw.cache._entries[host] = mw.cache.parse(
+        200, b"User-agent: rude\nDisallow: /\n", 60.0
+    )
     assert len(parsed) == 1
 
     async def verdicts() -> list[str]:

@@ -114,7 +114,7 @@ def test_decisions_match_protego_on_its_corpus(
             for k, path in enumerate(files):
                 body = path.read_bytes()
                 base = f"http://site-{shard + k * SHARDS}.corpus.test"
-                await writer.record(f"{base}:80", 200, body)
+                await writer.cache.record(f"{base}:80", 200, body)
                 ref = reference(body, max_size)
                 for ua, reader in zip(USER_AGENTS, readers, strict=True):
                     if ua != USER_AGENTS[0] and ua.lower().encode() not in body.lower():
@@ -153,7 +153,7 @@ def test_status_classes_on_corpus_files(
         try:
             for i, path in enumerate(sample):
                 base = f"http://status-{i}.corpus.test"
-                await writer.record(f"{base}:80", status, path.read_bytes())
+                await writer.cache.record(f"{base}:80", status, path.read_bytes())
                 for p in sample_paths(path.read_bytes()):
                     result = await reader.process_request(Request(base + p))
                     if fetchable:

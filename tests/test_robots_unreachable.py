@@ -71,7 +71,7 @@ def test_unreachable_robots_defers_however_often_with_the_frontier(
         try:
             return await mw.process_request(request)
         finally:
-            await mw.client.aclose()
+            await mw.cache.client.aclose()
 
     deferred = asyncio.run(main())
     assert isinstance(deferred, Request) and deferred.dont_filter
@@ -90,7 +90,7 @@ def test_unresolvable_host_fails_its_pages_with_the_dns_error(
         try:
             await mw.process_request(Request("http://a.test/page"))
         finally:
-            await mw.client.aclose()
+            await mw.cache.client.aclose()
 
     with pytest.raises(CannotResolveHostError):
         asyncio.run(main())
@@ -131,7 +131,7 @@ def test_a_host_without_connection_is_down_after_robots_down_after(
         try:
             return await mw.process_request(Request("http://a.test/page"))
         finally:
-            await mw.client.aclose()
+            await mw.cache.client.aclose()
 
     if down:
         with pytest.raises(HostDown):

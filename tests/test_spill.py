@@ -420,6 +420,6 @@ def spilled_rows(tmp_path: Path) -> int:
     store = SQLiteStore(tmp_path / "pages.sqlite3")
     store.open()
     try:
-        return store.spill_count()
+        return store.side.spill_count()
     finally:
         store.close()

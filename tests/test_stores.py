@@ -354,25 +354,29 @@ def test_spill_keeps_each_hosts_requests_in_score_order(store_factory: Any) -> N
     store, reopen = store_factory
     a, b = "http://a.test:80", "http://b.test:80"
     big = 2**52 - 1  # the largest frontier score: kept exactly
-    store.spill_append(a, [(big, b"last"), (10, b"ten"), (20, b"twenty")])
-    store.spill_append(b, [(15, b"b")])
-    store.spill_append(a, [(10, b"ten")])  # written twice: kept once
-    assert (store.spill_count(), store.spill_count(a), store.spill_count(b)) == (
+    store.side.spill_append(a, [(big, b"last"), (10, b"ten"), (20, b"twenty")])
+    store.side.spill_append(b, [(15, b"b")])
+    store.side.spill_append(a, [(10, b"ten")])  # written twice: kept once
+    assert (
+        store.side.spill_count(),
+        store.side.spill_count(a),
+        store.side.spill_count(b),
+    ) == (
         4,
         3,
         1,
     )
-    assert store.spill_take(a, 2) == [(10, b"ten"), (20, b"twenty")]
-    assert store.spill_take(a, 2) == [(10, b"ten"), (20, b"twenty")]  # not removed
-    store.spill_delete(a, [10, 20])
-    store.spill_delete(a, [10])  # deleted twice: harmless
+    assert store.side.spill_take(a, 2) == [(10, b"ten"), (20, b"twenty")]
+    assert store.side.spill_take(a, 2) == [(10, b"ten"), (20, b"twenty")]  # not removed
+    store.side.spill_delete(a, [10, 20])
+    store.side.spill_delete(a, [10])  # deleted twice: harmless
     again = reopened(store, reopen)
     try:
-        assert again.spill_take(a, 5) == [(big, b"last")]  # type: ignore[attr-defined]
-        assert again.spill_take(b, 5) == [(15, b"b")]  # type: ignore[attr-defined]
-        assert again.spill_take("http://c.test:80", 5) == []  # type: ignore[attr-defined]
-        assert again.spill_clear() == 2  # type: ignore[attr-defined]
-        assert again.spill_count() == 0  # type: ignore[attr-defined]
+        assert again.side.spill_take(a, 5) == [(big, b"last")]  # type: ignore[attr-defined]
+        assert again.side.spill_take(b, 5) == [(15, b"b")]  # type: ignore[attr-defined]
+        assert again.side.spill_take("http://c.test:80", 5) == []  # type: ignore[attr-defined]
+        assert again.side.spill_clear() == 2  # type: ignore[attr-defined]
+        assert again.side.spill_count() == 0  # type: ignore[attr-defined]
     finally:
         again.close()
 
@@ -605,24 +609,28 @@ def test_recrawl_schedule_keeps_next_visits_by_url(store_factory: Any) -> None:
     replaces it), read earliest first up to a time, deleted only while still
     due then (a reschedule meanwhile survives), persistent."""
     store, reopen = store_factory
-    assert store.schedule_count() == 0
-    store.schedule_put([(f"http://a.test/{n}", 1000 * n, f"r{n}") for n in range(10)])
-    store.schedule_put([("http://a.test/3", 50_000, "r3b")])  # rescheduled later
-    assert store.schedule_count() == 10
-    due = store.schedule_due(4500, 3)
+    assert store.side.schedule_count() == 0
+    store.side.schedule_put(
+        [(f"http://a.test/{n}", 1000 * n, f"r{n}") for n in range(10)]
+    )
+    store.side.schedule_put([("http://a.test/3", 50_000, "r3b")])  # rescheduled later
+    assert store.side.schedule_count() == 10
+    due = store.side.schedule_due(4500, 3)
     assert due == [("http://a.test/0", 0, "r0"), ("http://a.test/1", 1000, "r1"),
                    ("http://a.test/2", 2000, "r2")]  # fmt: skip
-    assert [u for u, _, _ in store.schedule_due(4500, 100)][-1] == "http://a.test/4"
+    assert [u for u, _, _ in store.side.schedule_due(4500, 100)][
+        -1
+    ] == "http://a.test/4"
     # http://a.test/1 was rescheduled between the read and the delete.
-    store.schedule_put([("http://a.test/1", 70_000, "r1b")])
-    store.schedule_delete([(u, d) for u, d, _ in due])
-    assert store.schedule_count() == 8
+    store.side.schedule_put([("http://a.test/1", 70_000, "r1b")])
+    store.side.schedule_delete([(u, d) for u, d, _ in due])
+    assert store.side.schedule_count() == 8
     store.close()
     again = reopen()
     again.open()
     try:
-        assert again.schedule_due(4500, 100) == [("http://a.test/4", 4000, "r4")]
-        later = again.schedule_due(10**9, 100)
+        assert again.side.schedule_due(4500, 100) == [("http://a.test/4", 4000, "r4")]
+        later = again.side.schedule_due(10**9, 100)
         assert ("http://a.test/1", 70_000, "r1b") in later
         assert later[-1] == ("http://a.test/1", 70_000, "r1b")
         assert ("http://a.test/3", 50_000, "r3b") in later

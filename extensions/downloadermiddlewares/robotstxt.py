@@ -185,18 +185,11 @@ class SharedRobotsTxtMiddleware:
     be off), before the lock middleware: the robots.txt request itself takes
     the host's lock like any other.
 
-    Keys: ``web:robots:<host>`` (HASH: ``status``, raw ``body``,
-    ``fetched_at``, ``expires``, ``failures``) and ``web:robots:fetch:<host>``
-    (a token lock of :mod:`extensions.connection.locks`, so one worker fetches while the
-    others poll the cache). The lock lives one ``FRONTIER_HEARTBEAT_INTERVAL``
-    and its worker renews it every third of that while it fetches and
-    records the file: a worker killed mid-fetch holds the host for at most a
-    heartbeat. Each worker loads a host's entry once (a task its requests
-    share) and keeps parsed entries in memory until the entry's expiry; a
-    parser object never goes to Redis. With the Redis frontier, a request
-    whose host's load has taken ``ROBOTS_WAIT_MAX`` goes back to the frontier
-    for as long (``robotstxt/deferred_pending``) rather than hold a fetch slot
-    while the file is fetched, here or by another worker.
+    The files come from the worker's :class:`RobotsCache`. With the Redis
+    frontier, a request whose host's load has taken ``ROBOTS_WAIT_MAX`` goes
+    back to the frontier for as long (``robotstxt/deferred_pending``) rather
+    than hold a fetch slot while the file is fetched, here or by another
+    worker.
 
     Per RFC 9309: 2xx is parsed (the first ``ROBOTS_MAX_SIZE`` bytes);
     redirects are followed up to ``ROBOTS_MAX_REDIRECTS`` (by Scrapy's
@@ -220,8 +213,6 @@ class SharedRobotsTxtMiddleware:
     decompression included) is unreachable.
     """
 
-    DOWNLOAD_PRIORITY = 1000
-
     def __init__(self, crawler: Crawler) -> None:
         s = crawler.settings
         config.require(s, defaults)
@@ -233,12 +224,104 @@ class SharedRobotsTxtMiddleware:
                 "ROBOTSTXT_OBEY=True to obey it, through the fleet-wide cache)"
             )
         self.crawler = crawler
-        self.partitions = s.getint("FRONTIER_PARTITIONS")
+        self.cache = RobotsCache(crawler)
         # As Scrapy's middleware: ROBOTSTXT_USER_AGENT if set, else each
         # request's own User-Agent header, else USER_AGENT.
         self.robots_user_agent = s.get("ROBOTSTXT_USER_AGENT") or None
+        self.max_deferrals = s.getint("POLITENESS_MAX_DEFERRALS")
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    async def process_request(self, request: Request) -> Request | None:
+        if ROBOTS_BYTES_META in request.meta and not self.cache.in_scope(request.url):
+            # Our robots.txt fetch redirected out of the crawl's scope: not
+            # followed (RFC 9309 then counts the file as unavailable).
+            raise IgnoreRequest("robots.txt redirected out of scope")
+        if request.meta.get("dont_obey_robotstxt") or not request.url.startswith(
+            ("http://", "https://")
+        ):
+            return None
+        stats = self.crawler.stats
+        assert stats is not None
+        entry = await self.cache.within(host_key(request))
+        if entry is None:
+            # Still being fetched, here or by another worker: wait in Redis,
+            # not in a fetch slot that live hosts could use.
+            stats.inc_value("robotstxt/deferred_pending")
+            deferred = deferred_copy(request, Deferral.ROBOTS_PENDING, counted=False)
+            deferred.meta[DELAY_META] = round(self.cache.wait_max * 1000)
+            return deferred
+        verdict = entry.verdict
+        if verdict is Verdict.ALLOW or (
+            entry.parser is None and verdict is Verdict.PARSE
+        ):
+            return None
+        if verdict is Verdict.DISALLOW:
+            if self.cache.down(entry.status, entry.failures):
+                stats.inc_value("robotstxt/host_down")
+                raise HostDown(
+                    f"{host_key(request)} is down: {entry.failures} robots.txt "
+                    "fetches in a row got no connection"
+                )
+            if entry.status == UNRESOLVABLE:
+                stats.inc_value("robotstxt/unresolvable")
+                raise HostUnresolvable(
+                    f"{host_key(request)} does not resolve (robots.txt fetch)"
+                )
+            # Back to Redis, under the host parked until the next robots.txt
+            # try: never dropped, however long it stays unreachable.
+            deferrals = int(request.meta.get(meta.POLITENESS_DEFERRALS, 0))
+            if self.cache.parks or deferrals < self.max_deferrals:
+                stats.inc_value("robotstxt/deferred")
+                return deferred_copy(request, Deferral.ROBOTS)
+            stats.inc_value("robotstxt/unreachable_dropped")
+            raise IgnoreRequest("robots.txt unreachable (no frontier to wait in)")
+        assert entry.parser is not None
+        if not entry.parser.allowed(request.url, self._agent_of(request)):
+            stats.inc_value("robotstxt/forbidden")
+            logger.debug("Forbidden by robots.txt: %s", request)
+            raise IgnoreRequest("Forbidden by robots.txt")
+        return None
+
+    def _agent_of(self, request: Request) -> str:
+        """The user agent a request is matched as (see ``__init__``)."""
+        if self.robots_user_agent:
+            return str(self.robots_user_agent)
+        header = request.headers.get(b"User-Agent")
+        return header.decode("latin-1") if header else self.cache.user_agent
+
+
+class RobotsCache:
+    """The robots.txt files of one worker: from memory, the fleet's cache in
+    Redis, or one fetch for the whole fleet.
+
+    Keys: ``web:robots:<host>`` (HASH: ``status``, raw ``body``,
+    ``fetched_at``, ``expires``, ``failures``) and ``web:robots:fetch:<host>``
+    (a token lock of :mod:`extensions.connection.locks`, so one worker fetches while the
+    others poll the cache). The lock lives one ``FRONTIER_HEARTBEAT_INTERVAL``
+    and its worker renews it every third of that while it fetches and
+    records the file: a worker killed mid-fetch holds the host for at most a
+    heartbeat. Each worker loads a host's entry once (a task its requests
+    share) and keeps parsed entries in memory until the entry's expiry; a
+    parser object never goes to Redis.
+
+    The fetching worker records the answer (:meth:`record`): RFC 9309's
+    status classes, the host's delay in its record, its sitemaps on the seed
+    list, and a park of the host while the file is unreachable.
+    """
+
+    DOWNLOAD_PRIORITY = 1000
+
+    def __init__(self, crawler: Crawler) -> None:
+        s = crawler.settings
+        self.crawler = crawler
+        self.partitions = s.getint("FRONTIER_PARTITIONS")
+        # The agent whose Crawl-delay is the host's (the middleware matches
+        # each request as its own User-Agent header when this is not set).
         self.user_agent = str(
-            self.robots_user_agent
+            s.get("ROBOTSTXT_USER_AGENT")
             or s.get("USER_AGENT")
             or s.get("WEBCRAWL_USER_AGENT")
         )
@@ -250,7 +333,6 @@ class SharedRobotsTxtMiddleware:
         self.retry_max = s.getfloat("ROBOTS_RETRY_MAX")
         self.delay_max = s.getfloat("ROBOTS_CRAWL_DELAY_MAX")
         self.sitemap_seeds = s.getbool("ROBOTS_SITEMAP_SEEDS")
-        self.max_deferrals = s.getint("POLITENESS_MAX_DEFERRALS")
         self.down_after = s.getint("ROBOTS_DOWN_AFTER")
         self.wait_max = s.getfloat("ROBOTS_WAIT_MAX")
         # The fetch lock lives one heartbeat unless its holder renews it: a
@@ -268,10 +350,6 @@ class SharedRobotsTxtMiddleware:
         self._client: aredis.Redis | None = None
         crawler.signals.connect(self._on_bytes, signal=signals.bytes_received)
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
 
     @property
     def prefix(self) -> str:
@@ -291,64 +369,6 @@ class SharedRobotsTxtMiddleware:
     def fetch_lock(self) -> TokenLock:
         return TokenLock(self.client)
 
-    async def process_request(self, request: Request) -> Request | None:
-        if ROBOTS_BYTES_META in request.meta and not self._in_scope(request.url):
-            # Our robots.txt fetch redirected out of the crawl's scope: not
-            # followed (RFC 9309 then counts the file as unavailable).
-            raise IgnoreRequest("robots.txt redirected out of scope")
-        if request.meta.get("dont_obey_robotstxt") or not request.url.startswith(
-            ("http://", "https://")
-        ):
-            return None
-        stats = self.crawler.stats
-        assert stats is not None
-        entry = await self._entry_within(host_key(request))
-        if entry is None:
-            # Still being fetched, here or by another worker: wait in Redis,
-            # not in a fetch slot that live hosts could use.
-            stats.inc_value("robotstxt/deferred_pending")
-            deferred = deferred_copy(request, Deferral.ROBOTS_PENDING, counted=False)
-            deferred.meta[DELAY_META] = round(self.wait_max * 1000)
-            return deferred
-        verdict = entry.verdict
-        if verdict is Verdict.ALLOW or (
-            entry.parser is None and verdict is Verdict.PARSE
-        ):
-            return None
-        if verdict is Verdict.DISALLOW:
-            if self._down(entry.status, entry.failures):
-                stats.inc_value("robotstxt/host_down")
-                raise HostDown(
-                    f"{host_key(request)} is down: {entry.failures} robots.txt "
-                    "fetches in a row got no connection"
-                )
-            if entry.status == UNRESOLVABLE:
-                stats.inc_value("robotstxt/unresolvable")
-                raise HostUnresolvable(
-                    f"{host_key(request)} does not resolve (robots.txt fetch)"
-                )
-            # Back to Redis, under the host parked until the next robots.txt
-            # try: never dropped, however long it stays unreachable.
-            deferrals = int(request.meta.get(meta.POLITENESS_DEFERRALS, 0))
-            if self.parks or deferrals < self.max_deferrals:
-                stats.inc_value("robotstxt/deferred")
-                return deferred_copy(request, Deferral.ROBOTS)
-            stats.inc_value("robotstxt/unreachable_dropped")
-            raise IgnoreRequest("robots.txt unreachable (no frontier to wait in)")
-        assert entry.parser is not None
-        if not entry.parser.allowed(request.url, self._agent_of(request)):
-            stats.inc_value("robotstxt/forbidden")
-            logger.debug("Forbidden by robots.txt: %s", request)
-            raise IgnoreRequest("Forbidden by robots.txt")
-        return None
-
-    def _agent_of(self, request: Request) -> str:
-        """The user agent a request is matched as (see ``__init__``)."""
-        if self.robots_user_agent:
-            return str(self.robots_user_agent)
-        header = request.headers.get(b"User-Agent")
-        return header.decode("latin-1") if header else self.user_agent
-
     # -- the entry of a host ------------------------------------------------
 
     async def entry(self, hostkey: str) -> RobotsEntry:
@@ -358,7 +378,7 @@ class SharedRobotsTxtMiddleware:
             return found
         return await asyncio.shield(self._loading(hostkey))
 
-    async def _entry_within(self, hostkey: str) -> RobotsEntry | None:
+    async def within(self, hostkey: str) -> RobotsEntry | None:
         """:meth:`entry`, or None if it is not known within
         ``ROBOTS_WAIT_MAX`` (only with the Redis frontier to defer to)."""
         found = self._fresh(hostkey)
@@ -422,14 +442,14 @@ class SharedRobotsTxtMiddleware:
         body = body.encode() if isinstance(body, str) else bytes(body)
         if expires_ms <= now_ms:
             return None
-        return self._entry(
+        return self.parse(
             int(raw[b"status"]),
             body,
             (expires_ms - now_ms) / 1000,
             int(raw.get(b"failures", b"0") or 0),
         )
 
-    def _entry(
+    def parse(
         self, status: int, body: bytes, ttl: float, failures: int = 0
     ) -> RobotsEntry:
         parser = None
@@ -556,7 +576,7 @@ class SharedRobotsTxtMiddleware:
         failure = classify(status) is Verdict.DISALLOW
         if failure:
             stats.inc_value("robotstxt/failures")
-        early = self._entry(status, body, 0.0)
+        early = self.parse(status, body, 0.0)
         if early.parser is not None:
             # Write the host's delay before the file is visible in the cache:
             # a worker that finds the cached file must also find the delay.
@@ -579,7 +599,7 @@ class SharedRobotsTxtMiddleware:
                 "retry in %.0f s",
                 hostkey, status or "unreachable", int(failures), ttl,
             )  # fmt: skip
-            if status != UNRESOLVABLE and not self._down(status, int(failures)):
+            if status != UNRESOLVABLE and not self.down(status, int(failures)):
                 # Not for a name that does not resolve, nor a host that is
                 # down: their requests must reach the failure policy (which
                 # gives them up after its attempts), not wait behind a
@@ -590,7 +610,7 @@ class SharedRobotsTxtMiddleware:
             status, early.parser, time.monotonic() + ttl, ttl, int(failures)
         )
 
-    def _down(self, status: int, failures: int) -> bool:
+    def down(self, status: int, failures: int) -> bool:
         """A host whose robots.txt fetch failed without a connection
         ``ROBOTS_DOWN_AFTER`` times in a row is down."""
         return status == UNREACHABLE and 0 < self.down_after <= failures
@@ -606,7 +626,7 @@ class SharedRobotsTxtMiddleware:
         if got >= self.max_size:
             raise StopDownload(fail=False)
 
-    def _in_scope(self, url: str) -> bool:
+    def in_scope(self, url: str) -> bool:
         """Whether ``url``'s host is in the spider's ``allowed_domains`` (by
         host name, port ignored, as the web spider scopes its links)."""
         domains = getattr(self.crawler.spider, "allowed_domains", None)
@@ -649,7 +669,7 @@ class SharedRobotsTxtMiddleware:
         if self.sitemap_seeds and rp is not None:
             found = list(getattr(rp, "sitemaps", ()))
             # A sitemap seeds the crawl: it obeys the crawl's scope like a link.
-            sitemaps = [url for url in found if self._in_scope(url)]
+            sitemaps = [url for url in found if self.in_scope(url)]
             if len(sitemaps) < len(found):
                 stats = self.crawler.stats
                 assert stats is not None

@@ -99,6 +99,83 @@ def _is_transient(code: int | None, labels: list[str] | None = None) -> bool:
     return code in TRANSIENT_CODES
 
 
+def fits(doc: dict[str, Any], collection: str, result: BatchResult) -> bool:
+    size = len(BSON.encode(doc))
+    if size <= MAX_DOCUMENT_SIZE:
+        return True
+    result.errors.append(
+        DocumentError(
+            doc["_id"], collection, 10334, f"document too large: {size} bytes"
+        )
+    )
+    return False
+
+
+def bulk_write(
+    coll: Any,
+    docs: list[dict[str, Any]],
+    result: BatchResult,
+    name: str,
+    *,
+    delete_ids: list[str] | None = None,
+    visits: set[str] | frozenset[str] = frozenset(),
+) -> set[str]:
+    """Upsert ``docs`` (and delete ``delete_ids``) in one unordered bulk
+    write; return the ids of the documents written. The ``visits`` ids
+    update only the fields their document names; a filtered record is
+    written only where none is stored."""
+    ops: list[Any] = [
+        UpdateOne({"_id": d["_id"]}, {"$set": d})
+        if d["_id"] in visits
+        # A filtered record never replaces a stored page (see base).
+        else UpdateOne(
+            {"_id": d["_id"]},
+            {"$setOnInsert": {k: v for k, v in d.items() if k != "_id"}},
+            upsert=True,
+        )
+        if d.get("filtered")
+        else ReplaceOne({"_id": d["_id"]}, d, upsert=True)
+        for d in docs
+    ]
+    ops += [DeleteOne({"_id": i}) for i in delete_ids or []]
+    if not ops:
+        return set()
+    ok = {d["_id"] for d in docs}
+    try:
+        coll.bulk_write(ops, ordered=False)
+    except BulkWriteError as e:
+        details = e.details or {}
+        if details.get("writeConcernErrors"):
+            raise TransientStoreError(f"{name}: write concern error") from e
+        for err in details.get("writeErrors", []):
+            code = err.get("code")
+            if _is_transient(code, err.get("errorLabels")):
+                raise TransientStoreError(f"{name}: {err.get('errmsg')}") from e
+            index = err.get("index", -1)
+            if 0 <= index < len(docs):
+                page_id = docs[index]["_id"]
+                ok.discard(page_id)
+                result.errors.append(
+                    DocumentError(page_id, name, code, str(err.get("errmsg")))
+                )
+    except DocumentTooLarge as e:  # our size check should have caught it
+        raise PermanentStoreError(f"{name}: {e}") from e
+    except (ConnectionFailure, WriteConcernError) as e:
+        # AutoReconnect, NetworkTimeout, NotPrimaryError,
+        # ServerSelectionTimeoutError: the batch can be written later.
+        raise TransientStoreError(f"{name}: {type(e).__name__}: {e}") from e
+    except OperationFailure as e:
+        if _is_transient(e.code, _labels(e)):
+            raise TransientStoreError(f"{name}: {e}") from e
+        # Unauthorized, quota, validation: the batch will never pass.
+        raise PermanentStoreError(f"{name}: error {e.code}: {e}") from e
+    except PyMongoError as e:
+        if _labels(e) and "RetryableWriteError" in _labels(e):
+            raise TransientStoreError(f"{name}: {e}") from e
+        raise PermanentStoreError(f"{name}: {type(e).__name__}: {e}") from e
+    return ok
+
+
 class MongoStore:
     """:class:`~pipelines.stores.base.PageStore` on MongoDB (or any client
     with pymongo's API, e.g. mongomock in the contract tests)."""
@@ -119,6 +196,7 @@ class MongoStore:
         self._client = client
         self._own_client = client is None
         self._db: Any = None
+        self.side = MongoSideStores(self)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> MongoStore:
@@ -201,9 +279,9 @@ class MongoStore:
         docs, visits, replaced = self._with_history(db["pages_metadata"], metadata_docs)
         if replaced:
             self._keep_versions(db, replaced)
-        written = self._bulk(
+        written = bulk_write(
             db["pages_metadata"],
-            [d for d in docs if self._fits(d, "pages_metadata", result)],
+            [d for d in docs if fits(d, "pages_metadata", result)],
             result,
             "pages_metadata",
             visits=visits,
@@ -220,9 +298,9 @@ class MongoStore:
         content = [
             d
             for d in content_docs
-            if d["_id"] in written and self._fits(d, "pages_content", result)
+            if d["_id"] in written and fits(d, "pages_content", result)
         ]
-        done = self._bulk(
+        done = bulk_write(
             db["pages_content"], content, result, "pages_content", delete_ids=stale
         )
         result.content_written = len(done)
@@ -240,7 +318,7 @@ class MongoStore:
         ]
         # A visit (a 304) keeps the stored content, so it keeps its bands.
         indexed = {d["_id"] for d in originals} | kept
-        self._bulk(
+        bulk_write(
             db["pages_simhash"],
             originals,
             result,
@@ -380,82 +458,6 @@ class MongoStore:
             raise TransientStoreError(f"mongodb unreachable: {e}") from e
         return nearest(simhash, rows, max_distance)
 
-    def _fits(self, doc: dict[str, Any], collection: str, result: BatchResult) -> bool:
-        size = len(BSON.encode(doc))
-        if size <= MAX_DOCUMENT_SIZE:
-            return True
-        result.errors.append(
-            DocumentError(
-                doc["_id"], collection, 10334, f"document too large: {size} bytes"
-            )
-        )
-        return False
-
-    def _bulk(
-        self,
-        coll: Any,
-        docs: list[dict[str, Any]],
-        result: BatchResult,
-        name: str,
-        *,
-        delete_ids: list[str] | None = None,
-        visits: set[str] | frozenset[str] = frozenset(),
-    ) -> set[str]:
-        """Upsert ``docs`` (and delete ``delete_ids``) in one unordered bulk
-        write; return the ids of the documents written. The ``visits`` ids
-        update only the fields their document names; a filtered record is
-        written only where none is stored."""
-        ops: list[Any] = [
-            UpdateOne({"_id": d["_id"]}, {"$set": d})
-            if d["_id"] in visits
-            # A filtered record never replaces a stored page (see base).
-            else UpdateOne(
-                {"_id": d["_id"]},
-                {"$setOnInsert": {k: v for k, v in d.items() if k != "_id"}},
-                upsert=True,
-            )
-            if d.get("filtered")
-            else ReplaceOne({"_id": d["_id"]}, d, upsert=True)
-            for d in docs
-        ]
-        ops += [DeleteOne({"_id": i}) for i in delete_ids or []]
-        if not ops:
-            return set()
-        ok = {d["_id"] for d in docs}
-        try:
-            coll.bulk_write(ops, ordered=False)
-        except BulkWriteError as e:
-            details = e.details or {}
-            if details.get("writeConcernErrors"):
-                raise TransientStoreError(f"{name}: write concern error") from e
-            for err in details.get("writeErrors", []):
-                code = err.get("code")
-                if _is_transient(code, err.get("errorLabels")):
-                    raise TransientStoreError(f"{name}: {err.get('errmsg')}") from e
-                index = err.get("index", -1)
-                if 0 <= index < len(docs):
-                    page_id = docs[index]["_id"]
-                    ok.discard(page_id)
-                    result.errors.append(
-                        DocumentError(page_id, name, code, str(err.get("errmsg")))
-                    )
-        except DocumentTooLarge as e:  # our size check should have caught it
-            raise PermanentStoreError(f"{name}: {e}") from e
-        except (ConnectionFailure, WriteConcernError) as e:
-            # AutoReconnect, NetworkTimeout, NotPrimaryError,
-            # ServerSelectionTimeoutError: the batch can be written later.
-            raise TransientStoreError(f"{name}: {type(e).__name__}: {e}") from e
-        except OperationFailure as e:
-            if _is_transient(e.code, _labels(e)):
-                raise TransientStoreError(f"{name}: {e}") from e
-            # Unauthorized, quota, validation: the batch will never pass.
-            raise PermanentStoreError(f"{name}: error {e.code}: {e}") from e
-        except PyMongoError as e:
-            if _labels(e) and "RetryableWriteError" in _labels(e):
-                raise TransientStoreError(f"{name}: {e}") from e
-            raise PermanentStoreError(f"{name}: {type(e).__name__}: {e}") from e
-        return ok
-
     def get_page(self, url: str) -> StoredPage | None:
         db = self._database()
         try:
@@ -527,7 +529,19 @@ class MongoStore:
     def content_count(self) -> int:
         return int(self._database()["pages_content"].count_documents({}))
 
-    # --- the continuous crawl's store-side schedule ---------------------------
+
+class MongoSideStores:
+    """The page store's side stores in its database, on its client: the
+    continuous crawl's schedule (``recrawl_schedule``, the ``ScheduleStore``
+    of :mod:`extensions.extensions.recrawl`) and the frontier spill
+    (``spilled_requests``, the ``SpillStore`` of
+    :mod:`extensions.core.frontier.spill`)."""
+
+    def __init__(self, store: MongoStore) -> None:
+        self._store = store
+
+    # -- the continuous crawl's store-side schedule
+
     def schedule_put(self, entries: Sequence[tuple[str, int, str]]) -> None:
         """Set the next visit (``due``, ms) and record of each ``url``."""
         ops = [ReplaceOne({"_id": u}, {"_id": u, "due": d, "record": r}, upsert=True)
@@ -554,27 +568,26 @@ class MongoStore:
 
     def _schedule(self, call: Callable[[Any], Any]) -> Any:
         try:
-            return call(self._database()["recrawl_schedule"])
+            return call(self._store._database()["recrawl_schedule"])
         except (ConnectionFailure, OperationFailure) as e:
             raise _store_error(e) from e
 
-    # -- the frontier spill (extensions.core.frontier.spill.SpillStore)
-    # ----------------------
+    # -- the frontier spill
 
     def spill_append(self, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
-        spill_append(self._database(), host, entries)
+        spill_append(self._store._database(), host, entries)
 
     def spill_take(self, host: str, n: int) -> list[tuple[int, bytes]]:
-        return spill_take(self._database(), host, n)
+        return spill_take(self._store._database(), host, n)
 
     def spill_delete(self, host: str, scores: Sequence[int]) -> None:
-        spill_delete(self._database(), host, scores)
+        spill_delete(self._store._database(), host, scores)
 
     def spill_count(self, host: str | None = None) -> int:
-        return spill_count(self._database(), host)
+        return spill_count(self._store._database(), host)
 
     def spill_clear(self) -> int:
-        return spill_clear(self._database())
+        return spill_clear(self._store._database())
 
 
 def _store_error(

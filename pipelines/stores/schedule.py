@@ -31,7 +31,7 @@ class PageStoreSchedule(LazyPageStore):
 
     def _call(self, method: str, *args: Any) -> Any:
         try:
-            return getattr(self._store(), method)(*args)
+            return getattr(self._store().side, method)(*args)
         except TransientStoreError as e:
             raise ConnectionError(f"page store: {e}") from e
 

@@ -27,16 +27,16 @@ class PageStoreSpill(LazyPageStore):
     (in the spill's own thread)."""
 
     def spill_append(self, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
-        self._store().spill_append(host, entries)
+        self._store().side.spill_append(host, entries)
 
     def spill_take(self, host: str, n: int) -> list[tuple[int, bytes]]:
-        return list(self._store().spill_take(host, n))
+        return list(self._store().side.spill_take(host, n))
 
     def spill_delete(self, host: str, scores: Sequence[int]) -> None:
-        self._store().spill_delete(host, scores)
+        self._store().side.spill_delete(host, scores)
 
     def spill_count(self, host: str | None = None) -> int:
-        return int(self._store().spill_count(host))
+        return int(self._store().side.spill_count(host))
 
     def spill_clear(self) -> int:
-        return int(self._store().spill_clear())
+        return int(self._store().side.spill_clear())

@@ -174,6 +174,7 @@ class SQLiteStore:
         self._meta_sql = _upsert_sql("pages_metadata", METADATA_FIELDS)
         self._filtered_sql = _insert_sql("pages_metadata", METADATA_FIELDS)
         self._content_sql = _upsert_sql("pages_content", CONTENT_FIELDS)
+        self.side = SQLiteSideStores(self)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> SQLiteStore:
@@ -520,7 +521,19 @@ class SQLiteStore:
             row = self._connection().execute(f"SELECT COUNT(*) FROM {table}").fetchone()
             return int(row[0])
 
-    # --- the continuous crawl's store-side schedule ---------------------------
+
+class SQLiteSideStores:
+    """The page store's side stores in its file, on its connection and lock:
+    the continuous crawl's schedule (``recrawl_schedule``, the
+    ``ScheduleStore`` of :mod:`extensions.extensions.recrawl`) and the
+    frontier spill (``spilled_requests``, the ``SpillStore`` of
+    :mod:`extensions.core.frontier.spill`)."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+
+    # -- the continuous crawl's store-side schedule
+
     def schedule_put(self, entries: Sequence[tuple[str, int, str]]) -> None:
         """Set the next visit (``due``, ms) and record of each ``url``."""
         self._write_many(
@@ -533,10 +546,10 @@ class SQLiteStore:
 
     def schedule_due(self, until: int, limit: int) -> list[tuple[str, int, str]]:
         """Up to ``limit`` entries due at or before ``until`` (ms), earliest first."""
-        with self._lock:
+        with self._store._lock:
             try:
                 rows = (
-                    self._connection()
+                    self._store._connection()
                     .execute(
                         "SELECT url, due, record FROM recrawl_schedule WHERE due <= ? "
                         "ORDER BY due LIMIT ?",
@@ -558,21 +571,20 @@ class SQLiteStore:
         )
 
     def schedule_count(self) -> int:
-        return self._rows("recrawl_schedule")
+        return self._store._rows("recrawl_schedule")
 
     def _write_many(self, sql: str, rows: Sequence[tuple[Any, ...]], what: str) -> None:
         """Run ``sql`` over ``rows`` in one transaction."""
         if not rows:
             return
-        with self._lock:
+        with self._store._lock:
             try:
-                with self._connection() as conn:
+                with self._store._connection() as conn:
                     conn.executemany(sql, rows)
             except sqlite3.Error as e:
                 raise _store_error(e, what) from e
 
-    # -- the frontier spill (extensions.core.frontier.spill.SpillStore)
-    # ----------------------
+    # -- the frontier spill
 
     def spill_append(self, host: str, entries: Sequence[tuple[int, bytes]]) -> None:
         self._write_many(
@@ -582,10 +594,10 @@ class SQLiteStore:
         )
 
     def spill_take(self, host: str, n: int) -> list[tuple[int, bytes]]:
-        with self._lock:
+        with self._store._lock:
             try:
                 rows = (
-                    self._connection()
+                    self._store._connection()
                     .execute(
                         f"SELECT score, member FROM {SPILL} WHERE host = ? "
                         "ORDER BY score LIMIT ?",
@@ -605,8 +617,8 @@ class SQLiteStore:
         )
 
     def spill_clear(self) -> int:
-        with self._lock:
-            conn = self._connection()
+        with self._store._lock:
+            conn = self._store._connection()
             try:
                 with conn:
                     return int(conn.execute(f"DELETE FROM {SPILL}").rowcount)
@@ -617,6 +629,6 @@ class SQLiteStore:
         sql, args = f"SELECT COUNT(*) FROM {SPILL}", cast("tuple[str, ...]", ())
         if host is not None:
             sql, args = sql + " WHERE host = ?", (host,)
-        with self._lock:
-            row = self._connection().execute(sql, args).fetchone()
+        with self._store._lock:
+            row = self._store._connection().execute(sql, args).fetchone()
         return int(row[0])
