@@ -48,6 +48,18 @@ def mark(web: SandboxProcess, name: str) -> None:
         assert exc.code == 404
 
 
+def marked_at(web: SandboxProcess, name: str) -> float | None:
+    """The server's time of :func:`mark` ``name``, once its record is in."""
+    return next(
+        (
+            r["t_ms"]
+            for r in web.records()
+            if r["host"].startswith("mark") and r["path"] == f"/{name}"
+        ),
+        None,
+    )
+
+
 def operator(redis_url: str, *args: str) -> str:
     """``scrapy <args>`` on the crawl's Redis, as an operator runs it."""
     done = scrapy(*args, settings={"REDIS_URL": redis_url})
@@ -172,10 +184,13 @@ def test_a_live_host_delay_takes_effect_fleet_wide(
         assert wait_until(lambda: len(pages_of(web, host)) >= 3, 60), "no pages"
         seen["set"] = operator(redis_url, "hosts", "set", host, "--delay", "5")
         mark(web, "set")
-        before = len(pages_of(web, host))
-        assert wait_until(lambda: len(pages_of(web, host)) >= before + 3, 30), (
-            "not 3 more pages"
-        )
+        assert wait_until(lambda: marked_at(web, "set") is not None, 30)
+        at = marked_at(web, "set")
+        # Three pages after the mark, by the server's clock (counting records
+        # only would take pages fetched before it and recorded late).
+        assert wait_until(
+            lambda: sum(r["t_ms"] > at for r in pages_of(web, host)) >= 3, 30
+        ), "not 3 more pages"
         seen["status"] = operator(redis_url, "status")
         seen["show"] = operator(redis_url, "hosts", "show", host, "--json")
         mark(web, "reset")
