@@ -16,10 +16,16 @@ import pytest
 import redis
 
 from extensions.connection.embedded import RedisProcess
+from tests.support import fleet
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+
+# The tests' workers are forked from a process that imported Scrapy and the
+# project once (tests.support.preload): ~1 s of CPU fewer per worker.
+fleet.Launch.preloaded = True
 
 
 @pytest.fixture(scope="session")

@@ -45,6 +45,14 @@ def push_seeds(
         )
 
 
+class Launch:
+    """How :func:`start_worker` starts a worker: forked from a preloaded
+    process (:mod:`tests.support.preload`; the tests' conftest turns it on),
+    or as a plain subprocess (the demo, the benchmarks)."""
+
+    preloaded = False
+
+
 def worker_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["SCRAPY_SETTINGS_MODULE"] = "webcrawl.settings"
@@ -74,6 +82,15 @@ def start_worker(
     env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    if Launch.preloaded:
+        from tests.support import preload
+
+        return preload.start(  # type: ignore[return-value]
+            worker_command(settings, spider_args)[2:],
+            worker_env(env),
+            ROOT,
+            log_path,
+        )
     with open(log_path, "ab") as log:
         return subprocess.Popen(
             worker_command(settings, spider_args),
