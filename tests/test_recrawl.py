@@ -482,7 +482,9 @@ def test_figures_count_each_page_once_and_the_window_its_revisits(
     assert shown["estimated_freshness"] == pytest.approx(0.8)
 
 
-def test_the_price_is_solved_from_the_fleets_window(redis_url: str) -> None:
+def test_the_price_is_solved_from_the_fleets_window(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The extension reads the fleet's figures each window bucket and solves
     the price: a fleet that fetched 20 pages/s with its revisits on time
     (spare capacity) takes a changing page to RECRAWL_MIN_INTERVAL; one
@@ -499,6 +501,14 @@ def test_the_price_is_solved_from_the_fleets_window(redis_url: str) -> None:
         rec.prefix = "web"
         await schedule.client.flushdb()
         now = await schedule.now_ms()
+
+        async def written_at() -> int:
+            return now
+
+        # The figures are read at the time they were written, however slowly
+        # a loaded machine runs this (a bucket boundary crossed meanwhile
+        # would leave part of the window out).
+        monkeypatch.setattr(rec, "_now_ms", written_at)
         # 36 changing pages at 10 s, 150 static ones at 60 s: 6.1 revisits/s.
         pages = [Planned(f"http://a.test/c{k}", Record(10.0, bin=rate_bin(changing)),
                          scheduled=0.1, delay=10.0) for k in range(36)]  # fmt: skip
