@@ -82,12 +82,26 @@ def no_scrapy_project_env() -> Iterator[None]:
             os.environ[name] = value
 
 
+# The modules of the longest tests outside the FLEET group, longest first
+# (--durations on the developers' machine: 140, 120, 80-110, 60-85 and 40 s
+# a test).
+LONGEST = (
+    "tests/test_robots_crash_e2e.py",
+    "tests/test_freshness_e2e.py",
+    "tests/test_scrapy_contract.py",
+    "tests/test_bench_smoke.py",
+    "tests/test_recrawl_e2e.py",
+)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> None:
     """The slow tests first (a stable sort, the same in every pytest-xdist
-    process): the long ones start early instead of ending the run alone.
+    process), the longest of them first of all: the FLEET group (its tests
+    run one after another, ~4 minutes) and the :data:`LONGEST` modules start
+    at once instead of ending the run alone.
 
     And ``--dist loadgroup`` made to group again: pytest-xdist 3.8 names a
     test's group by appending ``@group`` to its ``item._nodeid``, which
@@ -96,7 +110,16 @@ def pytest_collection_modifyitems(
     (pytest-dev/pytest-xdist#1386). Once xdist sets the suffix itself this
     does nothing.
     """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("slow") is None:
+            return len(LONGEST) + 2
+        if any(m.args == ("fleet",) for m in item.iter_markers("xdist_group")):
+            return 0
+        module = item.nodeid.split("::")[0]
+        return 1 + LONGEST.index(module) if module in LONGEST else len(LONGEST) + 1
+
+    items.sort(key=rank)
     if not getattr(config.option, "loadgroup", False):  # xdist processes only
         return
     from _pytest.nodeid import NodeId  # pytest 9.2's structured node id

@@ -22,6 +22,7 @@ from pipelines.batching import prepare_page
 from pipelines.items import PageItem
 from pipelines.stores.sqlite import SQLiteStore
 from tests.support.fleet import ROOT, worker_env
+from tests.support.tools import run_scrapy
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -35,6 +36,8 @@ def run(
     *args: str, stdout: Any = subprocess.PIPE, stdin: bytes = b"", **env: str
 ) -> subprocess.CompletedProcess[str]:
     """``python -m scrapy ARGS`` in the project, as an operator runs it."""
+    if stdout == subprocess.PIPE:
+        return run_scrapy(list(args), worker_env(env), stdin=stdin)
     done = subprocess.run(
         [sys.executable, "-m", "scrapy", *args],
         cwd=ROOT,

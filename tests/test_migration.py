@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,10 +37,13 @@ from sandbox.site import SiteSpec
 from tests import srjson
 from tests.support.fleet import start_worker, wait_all
 from tests.support.localcrawl import reset_crawl, sandbox_settings
+from tests.support.tools import run_scrapy
 from tests.utils import get_crawler
 from webcrawl.spiders.web import WebSpider
 
 if TYPE_CHECKING:
+    import subprocess
+
     from scrapy.crawler import Crawler
 
     from extensions.core.migration import DupefilterReport, MoveReport
@@ -368,28 +369,16 @@ def command(
         for k, v in {"FRONTIER_PRIORITY_FUNCTION": "", **(settings or {})}.items()
         for a in ("-s", f"{k}={v}")
     ]
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "scrapy",
-            "migrate_from_scrapy_redis",
-            "web",
-            *args,
-            *options,
-        ],
-        cwd=ROOT,
-        env={
+    return run_scrapy(
+        ["migrate_from_scrapy_redis", "web", *args, *options],
+        {
             **os.environ,
             "PYTHONPATH": str(ROOT),
             "REDIS_URL": redis_url,
             "WEBCRAWL_HOME": str(tmp_path / "home"),
             "SCRAPY_SETTINGS_MODULE": "webcrawl.settings",
         },
-        capture_output=True,
-        text=True,
         timeout=120,
-        check=False,
     )
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,10 +22,12 @@ from extensions.connection import resolve_redis_url
 from extensions.connection.embedded import RedisProcess, embedded_unless_configured
 from extensions.dupefilters import BloomDupeFilter
 from extensions.keys import FrontierKeys
+from tests.support.tools import run_scrapy
 from webcrawl import scrapyredis
 from webcrawl.addon import DUPEFILTER, SCHEDULER, setting_typos
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,25 +57,9 @@ def crawl(
     }
     environ.pop("REDIS_URL", None)
     environ.update(env or {})
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "scrapy",
-            "crawl",
-            "web",
-            "-s",
-            "CLOSESPIDER_TIMEOUT=1",
-            "-s",
-            "LOG_LEVEL=INFO",
-            *args,
-        ],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    return run_scrapy(
+        ["crawl", "web", "-s", "CLOSESPIDER_TIMEOUT=1", "-s", "LOG_LEVEL=INFO", *args],
+        environ,
     )
 
 

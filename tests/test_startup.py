@@ -28,6 +28,7 @@ from extensions.connection import (
 )
 from extensions.connection.embedded import RedisProcess, free_port
 from extensions.settings.config import SettingsError
+from tests.support.tools import run_scrapy
 from tests.utils import get_crawler
 
 if TYPE_CHECKING:
@@ -95,15 +96,7 @@ def scrapy_crawl(
         "REDIS_URL": redis_url,
         **(env or {}),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy", "crawl", "web", *args],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    return run_scrapy(["crawl", "web", *args], environ, timeout=30)
 
 
 def assert_one_line(result: subprocess.CompletedProcess[str], *words: str) -> str:

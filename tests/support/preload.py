@@ -27,13 +27,14 @@ import runpy
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from multiprocessing.context import ForkServerContext
-    from pathlib import Path
 
 # What every worker imports before its crawl starts (the rest is imported by
 # the worker, as at any start).
@@ -73,17 +74,27 @@ def _fork_server() -> ForkServerContext:
     return context
 
 
-def _run(argv: list[str], env: dict[str, str], cwd: str, log: str) -> None:
-    """The forked worker: what ``python -m scrapy ARGV`` runs, in a new
-    session, with ``env``, in ``cwd``, its output appended to ``log``."""
+def _run(
+    argv: list[str], env: dict[str, str], cwd: str, out: str, err: str, stdin: str
+) -> None:
+    """The forked process: what ``python -m scrapy ARGV`` runs, in a new
+    session, with ``env`` (its ``PYTHONPATH`` first on ``sys.path``), in
+    ``cwd``, reading ``stdin`` and appending to ``out`` and ``err``."""
     os.setsid()
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    sys.path[:0] = [cwd, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    for fd, path, flags in (
+        (0, stdin, os.O_RDONLY),
+        (1, out, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+        (2, err, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+    ):
+        opened = os.open(path, flags, 0o644)
+        os.dup2(opened, fd)
+        os.close(opened)
+    # multiprocessing gave the child a stdin of its own (os.devnull).
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     sys.argv = list(argv)
     code = 0
@@ -93,7 +104,11 @@ def _run(argv: list[str], env: dict[str, str], cwd: str, log: str) -> None:
             raise RuntimeError(f"the fork server imported {early}")
         runpy.run_module("scrapy", run_name="__main__", alter_sys=True)
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:  # sys.exit("message"), as the interpreter ends it
+            print(exc.code, file=sys.stderr)
+            code = 1
     except BaseException:
         import traceback
 
@@ -115,13 +130,20 @@ class PreloadedWorker:
     tests use (its exit status comes from the fork server, its parent)."""
 
     def __init__(
-        self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        out: Path,
+        err: Path | None = None,
+        stdin: Path | None = None,
     ) -> None:
         self.args = list(argv)
+        streams = (str(out), str(err or out), str(stdin or os.devnull))
         self._process = _fork_server().Process(
             # Not a daemon: a daemon may start no process (the parse pool).
             target=_run,
-            args=(self.args, dict(env), str(cwd), str(log)),
+            args=(self.args, dict(env), str(cwd), *streams),
             daemon=False,
         )
         self._process.start()
@@ -160,3 +182,26 @@ def start(
     """``python -m scrapy ARGV[1:]``, forked (see the module docstring)."""
     log.touch()  # there once this returns, as a subprocess's log file is
     return PreloadedWorker(argv, env, cwd, log)
+
+
+def run(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    stdin: str | bytes = "",
+    timeout: float = 60.0,
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run([python, "-m", *ARGV], capture_output=True,
+    text=True, ...)``, forked: its output is read once it has exited."""
+    with tempfile.TemporaryDirectory(prefix="preload-") as tmp:
+        files = [Path(tmp, name) for name in ("stdin", "stdout", "stderr")]
+        files[0].write_bytes(stdin if isinstance(stdin, bytes) else stdin.encode())
+        worker = PreloadedWorker(argv, env, cwd, files[1], files[2], files[0])
+        try:
+            code = worker.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+            raise
+        out, err = files[1].read_text(), files[2].read_text()
+    return subprocess.CompletedProcess(["python", "-m", *argv], code, out, err)

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.support.fleet import ROOT, worker_env
+from tests.support import preload
+from tests.support.fleet import ROOT, Launch, worker_env
 
 # warcio's command line, installed next to this Python.
 WARCIO = str(Path(sys.executable).with_name("warcio"))
@@ -23,6 +24,32 @@ def run_tool(*args: str, env: dict[str, str] | None = None, cwd: Any = ROOT) -> 
     )  # fmt: skip
 
 
+def run_scrapy(
+    args: list[str],
+    env: dict[str, str],
+    cwd: Path = ROOT,
+    stdin: str | bytes = "",
+    timeout: float = 60.0,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m scrapy ARGS`` with ``env`` (the whole environment), its
+    output captured as text: forked from the preloaded process when the
+    tests' workers are (:mod:`tests.support.preload`)."""
+    if Launch.preloaded:
+        return preload.run(["scrapy", *args], env, cwd, stdin, timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "scrapy", *args],
+        check=False,
+        cwd=cwd,
+        env=env,
+        input=stdin if isinstance(stdin, bytes) else stdin.encode(),
+        capture_output=True,
+        timeout=timeout,
+    )
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
+
+
 def scrapy(
     *args: str,
     settings: dict[str, object] | None = None,
@@ -30,19 +57,10 @@ def scrapy(
     env: Any = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``scrapy <args>`` in the project directory, as an operator would."""
-    cmd = [sys.executable, "-m", "scrapy", *args]
+    cmd = list(args)
     for name, value in (settings or {}).items():
         cmd += ["-s", f"{name}={value}"]
-    return subprocess.run(
-        cmd,
-        check=False,
-        cwd=ROOT,
-        env=worker_env(env),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_scrapy(cmd, worker_env(env), stdin=stdin)
 
 
 def status(settings: dict[str, object]) -> dict[str, Any]:
