@@ -105,8 +105,12 @@ def test_sigkilled_workers_lose_nothing(
     redis_url: str, tmp_path: Path, partitions: int
 ) -> None:
     spec = SiteSpec(seed=11, hosts=20, pages_per_host=15)
-    settings = {"DOWNLOAD_DELAY": 0.05, "FRONTIER_LEASE_TIMEOUT": 3,
-                "FRONTIER_HEARTBEAT_INTERVAL": 1,
+    # A killed worker's work comes back after 3 missed heartbeats (6 s); a
+    # live worker the loaded machine starves that long is taken for dead too
+    # (its batches queued again, fetched twice): 1 s beats did, with another
+    # crawl beside this one on the two cores.
+    settings = {"DOWNLOAD_DELAY": 0.05, "FRONTIER_LEASE_TIMEOUT": 6,
+                "FRONTIER_HEARTBEAT_INTERVAL": 2,
                 "FRONTIER_PARTITIONS": partitions}  # fmt: skip
     held_at_kill: list[int] = []
 

@@ -158,8 +158,9 @@ def test_sigkilled_workers_lose_nothing_while_spilling(
         "DOWNLOAD_DELAY": 0.02,
         "FRONTIER_HOST_QUEUE_MAX": CAP,
         "FRONTIER_SPILL_BATCH": BATCH,
-        "FRONTIER_LEASE_TIMEOUT": 3,
-        "FRONTIER_HEARTBEAT_INTERVAL": 1,
+        # 2 s beats, not 1: see test_crawl_e2e's SIGKILL test.
+        "FRONTIER_LEASE_TIMEOUT": 6,
+        "FRONTIER_HEARTBEAT_INTERVAL": 2,
         "FRONTIER_PARTITIONS": partitions,
     }
     worker_settings = {**sandbox_settings(redis_url, tmp_path), **settings}
