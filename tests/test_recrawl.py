@@ -500,14 +500,16 @@ def test_the_price_is_solved_from_the_fleets_window(
         rec.schedule = schedule = await _schedule(redis_url)
         rec.prefix = "web"
         await schedule.client.flushdb()
-        now = await schedule.now_ms()
+        # Mid-bucket, and read at the time they were written, however slowly
+        # a loaded machine runs this: the window's length is the time since
+        # its first bucket began, so where "now" fell in its bucket moved the
+        # measured rate, and the price with it (0.14 to 0.18).
+        now = (await schedule.now_ms()) // rec.bucket_ms * rec.bucket_ms
+        now += rec.bucket_ms // 2
 
         async def written_at() -> int:
             return now
 
-        # The figures are read at the time they were written, however slowly
-        # a loaded machine runs this (a bucket boundary crossed meanwhile
-        # would leave part of the window out).
         monkeypatch.setattr(rec, "_now_ms", written_at)
         # 36 changing pages at 10 s, 150 static ones at 60 s: 6.1 revisits/s.
         pages = [Planned(f"http://a.test/c{k}", Record(10.0, bin=rate_bin(changing)),
