@@ -120,6 +120,31 @@ def test_breaker_opens_parks_and_closes(
     assert redis_client.hmget(RECORD, "fails", "breaker") == [None, None]
 
 
+def test_failures_apart_do_not_add_up_without_the_lock_middleware(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Politeness off: no lock reports the record's failures, so the worker
+    that counted one closes the run at the host's next success (before, two
+    failures a thousand pages apart counted as two in a row)."""
+    mw = _mw(redis_url, BREAKER_THRESHOLD=2, BREAKER_COOLDOWN=60)
+    req = Request("http://a.test/x")
+    exc = DownloadConnectionRefusedError("refused")
+
+    async def main() -> list[Any]:
+        await mw.process_exception(req, exc)
+        seen = [redis_client.hget(RECORD, "fails")]
+        await mw.process_response(req, HtmlResponse(req.url, status=200))
+        seen.append(redis_client.hget(RECORD, "fails"))
+        await mw.process_exception(req, exc)  # one in a row again, not two
+        seen.append(redis_client.hmget(RECORD, "fails", "park"))
+        await mw.records.client.aclose()
+        return seen
+
+    assert asyncio.run(main()) == [b"1", None, [b"1", None]]
+    stats = mw.crawler.stats
+    assert stats is not None and stats.get_value("backoff/breaker_opened") is None
+
+
 def test_breaker_reopens_for_longer(redis_url: str, redis_client: redis.Redis) -> None:
     mw = _mw(redis_url, BREAKER_THRESHOLD=1, BREAKER_COOLDOWN=10)
     req = Request("http://a.test/x")

@@ -67,7 +67,10 @@ class BackoffMiddleware:
     request is the breaker's probe; a success closes the breaker, a failure
     reopens it for twice as long (up to ``BREAKER_MAX_COOLDOWN``). A success is
     written only when the lock middleware saw failures on the record (its
-    ``politeness_lock`` meta), so healthy hosts cost no extra round trip.
+    ``politeness_lock`` meta), so healthy hosts cost no extra round trip;
+    without that middleware (politeness off), when this worker counted a
+    failure of the host since its last success (failures that are not in a
+    row must not add up to an open breaker or a host-down verdict).
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -93,6 +96,9 @@ class BackoffMiddleware:
             )
         self._records: HostRecords | None = None
         self._dead_letters: DeadLetters | None = None
+        # Hosts this worker counted a failure of since their last success:
+        # what closes a run of failures when no lock reports the record's.
+        self._failing: set[str] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -117,9 +123,11 @@ class BackoffMiddleware:
     async def process_response(self, request: Request, response: Response) -> Response:
         stats = self.crawler.stats
         assert stats is not None
-        lock = request.meta.get(meta.POLITENESS_LOCK) or {}
+        lock = request.meta.get(meta.POLITENESS_LOCK)
         hostkey = host_key(request)
-        if lock.get("fails"):
+        failing = bool(lock.get("fails")) if lock else hostkey in self._failing
+        if failing:
+            self._failing.discard(hostkey)
             opened = await retry_redis(
                 lambda: self.records.succeed(hostkey), "the back-off record"
             )
@@ -188,6 +196,7 @@ class BackoffMiddleware:
         assert stats is not None
         hostkey = host_key(request)
         stats.inc_value("backoff/connection_failures")
+        self._failing.add(hostkey)
         fails, park = await retry_redis(
             lambda: self.records.fail(
                 hostkey,

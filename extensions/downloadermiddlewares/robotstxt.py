@@ -271,9 +271,14 @@ class SharedRobotsTxtMiddleware:
                     f"{host_key(request)} does not resolve (robots.txt fetch)"
                 )
             # Back to Redis, under the host parked until the next robots.txt
-            # try: never dropped, however long it stays unreachable.
-            deferrals = int(request.meta.get(meta.POLITENESS_DEFERRALS, 0))
-            if self.cache.parks or deferrals < self.max_deferrals:
+            # try: never dropped, however long it stays unreachable, nor
+            # counted against POLITENESS_MAX_DEFERRALS (spent on robots.txt
+            # waits, it made the request wait for its host's lock in a fetch
+            # slot once the host answered).
+            if self.cache.parks:
+                stats.inc_value("robotstxt/deferred")
+                return deferred_copy(request, Deferral.ROBOTS, counted=False)
+            if int(request.meta.get(meta.POLITENESS_DEFERRALS, 0)) < self.max_deferrals:
                 stats.inc_value("robotstxt/deferred")
                 return deferred_copy(request, Deferral.ROBOTS)
             stats.inc_value("robotstxt/unreachable_dropped")
