@@ -1,13 +1,14 @@
 """Workers forked from a process that imported Scrapy and the project once.
 
-A worker the tests start is a real ``scrapy crawl web`` process: Scrapy's
-command line (``scrapy.__main__``) in a process of its own, in a session of
-its own, its log file on its stdout and stderr, its own environment, killed
-and reaped like any. Only its birth differs: multiprocessing's fork server
-forks it from a process that has already imported :data:`PRELOAD`, rather
-than starting a fresh interpreter. Those imports are about 1 s of the 1.5 s
-of CPU a worker takes to start, and the suite starts over a hundred workers
-on two cores.
+A worker the tests start (:func:`start`), or an operator command they run
+(:func:`run`), is a real ``scrapy`` process: Scrapy's command line
+(``scrapy.__main__``) in a process and a session of its own, with its own
+environment, its output in its log file (or captured), killed and reaped
+like any. Only its birth differs: multiprocessing's fork server forks it
+from a process that has already imported :data:`PRELOAD`, rather than
+starting a fresh interpreter. Those imports are about 1 s of the 1.5 s of
+CPU a worker takes to start, and the suite starts about two hundred such
+processes on two cores.
 
 What a start does that the imports must not have done already: no Twisted
 reactor is installed (Scrapy installs the asyncio one in each worker, from
