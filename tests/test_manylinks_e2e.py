@@ -27,8 +27,11 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.slow, FLEET]
 
 # Requests to four hosts at DOWNLOAD_DELAY 0.2 s come every ~50 ms; parsing
-# and following all 100,000 links held the reactor for seconds.
-MAX_PAUSE_MS = 1000
+# and following all 100,000 links held the reactor for seconds (the longest
+# pause was 4.5 s; about 0.3 s since). Not 1 s: with five other test
+# processes on the two cores, the worker and the parse child it starts were
+# starved 1.2 s once (its other pauses then 0.5 s), no stall of its own.
+MAX_PAUSE_MS = 2000
 WINDOW_MS = 4000
 
 
