@@ -13,6 +13,7 @@ from scrapy.utils.misc import build_from_crawler
 from extensions import keys
 from extensions.connection import async_client
 from extensions.dupefilters import BloomDupeFilter
+from tests.support.polling import until
 from tests.utils import get_crawler
 
 if TYPE_CHECKING:
@@ -158,10 +159,9 @@ def test_periodic_refresh(redis_url: str) -> None:
     async def body() -> Any:
         await df.open_async()
         await df.requests_seen([Request(f"http://a.test/{i}") for i in range(20)])
-        for _ in range(100):
-            await asyncio.sleep(0.02)
-            if crawler.stats.get_value("dupefilter/estimated_items"):
-                break
+        await until(
+            lambda: crawler.stats.get_value("dupefilter/estimated_items"), timeout=60
+        )
         value = crawler.stats.get_value("dupefilter/estimated_items")
         await df.close_async("finished")
         return value

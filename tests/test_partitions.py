@@ -36,6 +36,7 @@ from extensions.meta import FRONTIER_LEASE
 from extensions.signals import items_stored
 from extensions.utils.hosts import host_partition
 from pipelines.items import PageItem
+from tests.support.polling import until
 from tests.support.scheduler import make_crawler, opened
 from tests.utils import get_crawler, run_redis
 from webcrawl.addon import install_defaults
@@ -543,11 +544,13 @@ def test_two_schedulers_share_a_partitioned_frontier(redis_url: str) -> None:
             c.signals.send_catch_log(items_stored, items=[item])
         async with aredis.Redis.from_url(redis_url) as client:
             f = PartitionedFrontier(client, "web", P)
-            for _ in range(500):
-                if await f.counts() == (0, 0):
-                    break
-                await asyncio.sleep(0.01)
-            assert await f.counts() == (0, 0)
+
+            async def drained() -> bool:
+                return await f.counts() == (0, 0)
+
+            # The acks go with the schedulers' next rounds: 500 polls of
+            # 10 ms were not enough on a loaded machine (9 leases left).
+            assert await until(drained, timeout=60), await f.counts()
         with pytest.raises(PartitionMismatch):
             await opened(make_crawler(redis_url, FRONTIER_PARTITIONS=2))
         await a.close_async("finished")
