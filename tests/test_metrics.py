@@ -172,7 +172,7 @@ def test_two_workers_serve_consistent_metrics(redis_url: str, tmp_path: Path) ->
             total(vals, "webcrawl_responses_total", status_class=c)
             for c in ("2xx", "3xx", "4xx", "5xx")
         )
-        wait_until(lambda: len(web.records()) >= counted, timeout=5)
+        wait_until(lambda: len(web.records()) >= counted, timeout=30)
         records = web.records()
         sandbox_counts["pages"] = sum(r["path"] != "/robots.txt" for r in records)
         sandbox_counts["robots"] = sum(r["path"] == "/robots.txt" for r in records)

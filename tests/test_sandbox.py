@@ -288,7 +288,7 @@ def test_record_file() -> None:
         fetch(web.port, "nowhere.test", "/a")
         t1 = time.time() * 1000
         # Flushed while running (at least every 200 ms), not only at stop.
-        assert wait_until(lambda: len(web.records()) >= 3, timeout=5)
+        assert wait_until(lambda: len(web.records()) >= 3, timeout=30)
         assert len(web.records()) == 3
     records = web.records()
     assert [(r["host"], r["path"], r["status"]) for r in records] == [
@@ -568,7 +568,7 @@ def test_resolver_in_a_real_scrapy_crawl(
         return {(r["path"], r["ua"]) for r in plain_web.records()}
 
     wanted = {("/robots.txt", "probe-bot"), ("/", "probe-bot")}
-    assert wait_until(lambda: wanted <= seen(), timeout=5), seen()
+    assert wait_until(lambda: wanted <= seen(), timeout=30), seen()
 
 
 def test_resolver_answers_sandbox_names_without_dns() -> None:
