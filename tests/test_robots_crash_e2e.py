@@ -189,12 +189,23 @@ def test_a_dead_workers_robots_txt_lock_lapses_within_a_heartbeat(
     assert report.exit_codes == [0, 0]
     assert_complete(report, tmp_path)
     trap = spec.host_name(spec.trap_host)
-    again = [
+    fetches = sorted(
         r["t_ms"]
         for r in report.records
-        if r["host"] == trap and r["path"] == "/robots.txt" and r["t_ms"] > killed["ms"]
-    ]
-    took = (min(again) - killed["ms"]) / 1000
+        if r["host"] == trap and r["path"] == "/robots.txt"
+    )
+    again = [t for t in fetches if t > killed["ms"]]
+    if again:
+        took = (again[0] - killed["ms"]) / 1000
+    else:
+        # A live worker's fetch was under way at the kill (the lock lapsed
+        # while the victim's loop was starved, and was taken over before the
+        # kill: the file is then fetched twice, as designed): nothing waited
+        # on the dead worker's lock if the host's pages came once that fetch
+        # could answer.
+        pages = [r["t_ms"] for r in report.page_records if r["host"] == trap]
+        took = (min(pages) - killed["ms"]) / 1000 - SLOW_ROBOTS_SECONDS
+        assert fetches and pages, (fetches, pages)
     print(f"robots.txt fetched again {took:.1f} s after its fetcher was killed")
     assert took <= TAKEOVER_S
 
