@@ -26,7 +26,8 @@ demo: $(STAMP)
 
 # The tests run on TEST_WORKERS pytest-xdist processes (three times the 2
 # cores of the developers' machine: most tests mostly wait on subprocesses;
-# 6 kept the cores 93 % busy, 4 left a quarter idle); --dist loadgroup keeps
+# with 6, pytest took 375-403 s and vmstat saw the cores 93 % busy; with 4,
+# 441 s); --dist loadgroup keeps
 # the CPU-heavy fleets (xdist group "fleet": tests/support/__init__.py) in
 # one of them, one at a time, while the rest spread. Bytecode is cached for
 # the run (PYTHONDONTWRITEBYTECODE emptied): each xdist process, fork server
